@@ -1,0 +1,196 @@
+"""Throughput inside one engine launch: single-stream decode on prose and structured prompts,
+TTFT, cold prefill at several depths, aggregate output at concurrency > 1.
+
+Measuring only: requests go through a ChatClient, results come back as Measurement records with
+the condition each was measured under. Scoring and printing happen elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import uuid
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench.client import ChatClient
+from autotune.models import Measurement, RequestResult, Workload
+
+PromptBuilder = Callable[[int, str], Awaitable[str]]
+
+
+class Prompt(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    prompt: str
+
+
+def load_prompts(set_name: str) -> list[Prompt]:
+    text = resources.files("autotune.bench.prompts").joinpath(f"{set_name}.yaml").read_text()
+    return [Prompt.model_validate(item) for item in yaml.safe_load(text)]
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _failed_detail(results: list[RequestResult]) -> str:
+    errors = [r.error for r in results if not r.ok and r.error]
+    return errors[0] if errors else "no successful request"
+
+
+class MeasurementFailed(RuntimeError):
+    """Every request of a workload failed: the config does not serve."""
+
+
+async def warm_up(client: ChatClient, workload: Workload) -> None:
+    prompts = load_prompts("prose")
+    for i in range(workload.warmup_requests):
+        await client.chat(user(prompts[i % len(prompts)].prompt), max_tokens=16)
+
+
+async def measure_decode(client: ChatClient, set_name: str, workload: Workload) -> list[Measurement]:
+    """Passes over the prompt set; each pass gives the geometric mean of per-prompt decode tok/s."""
+    prompts = load_prompts(set_name)[: workload.prompts_per_set]
+    per_pass: list[float] = []
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    chunk_ratio: list[float] = []
+    failed = 0
+    results: list[RequestResult] = []
+    for _ in range(workload.repeats):
+        rates: list[float] = []
+        for prompt in prompts:
+            result = await client.chat(user(prompt.prompt), max_tokens=workload.decode_max_tokens)
+            results.append(result)
+            if not result.ok or result.decode_tps is None:
+                failed += 1
+                continue
+            rates.append(result.decode_tps)
+            ttfts.append(result.ttft_ms or 0.0)
+            tpots.append(result.tpot_ms or 0.0)
+            if result.n_out and result.n_chunks > 1:
+                chunk_ratio.append((result.n_out - 1) / (result.n_chunks - 1))
+        if rates:
+            per_pass.append(geomean(rates))
+    if not per_pass:
+        raise MeasurementFailed(f"{set_name} decode: {_failed_detail(results)}")
+    cond = (
+        f"1 stream, {set_name} prompts ({len(prompts)}), up to {workload.decode_max_tokens} output tokens, "
+        f"greedy; median of {len(per_pass)} passes, each the geometric mean over prompts"
+    )
+    out = [
+        Measurement.of(f"decode_tps.{set_name}", "tok/s", f"decode tok/s, {cond}", per_pass, failed),
+        Measurement.of(f"ttft_ms.{set_name}", "ms", f"TTFT, {cond}; median over requests", ttfts),
+        Measurement.of(f"tpot_ms.{set_name}", "ms", f"TPOT, {cond}; median over requests", tpots),
+    ]
+    if chunk_ratio:
+        out.append(
+            Measurement.of(
+                f"tokens_per_chunk.{set_name}",
+                "tokens",
+                f"tokens per streamed chunk (>1 means drafted tokens arrive together), {cond}",
+                chunk_ratio,
+            )
+        )
+    return out
+
+
+async def prefill_overhead_ms(client: ChatClient) -> float:
+    """Median TTFT of three tiny cold prompts: the fixed cost subtracted from long-prompt TTFT."""
+    ttfts = []
+    for _ in range(3):
+        result = await client.chat(user(f"{uuid.uuid4().hex[:8]} Say yes."), max_tokens=2)
+        if result.ok and result.ttft_ms is not None:
+            ttfts.append(result.ttft_ms)
+    return statistics.median(ttfts) if ttfts else 0.0
+
+
+async def measure_prefill(
+    client: ChatClient, workload: Workload, build_prompt: PromptBuilder, context_tokens: int
+) -> list[Measurement]:
+    """Cold prefill tok/s at each depth that fits: prompt_tokens / (TTFT - fixed overhead)."""
+    overhead = await prefill_overhead_ms(client)
+    out: list[Measurement] = []
+    for depth in workload.prefill_tokens:
+        if depth + 64 > context_tokens:
+            continue
+        rates: list[float] = []
+        n_in_seen: list[int] = []
+        failed = 0
+        for _ in range(workload.prefill_repeats):
+            salt = uuid.uuid4().hex
+            text = await build_prompt(depth, salt)
+            result = await client.chat(user(text), max_tokens=2)
+            if not result.ok or result.ttft_ms is None:
+                failed += 1
+                continue
+            n_in = result.n_in or await client.count_tokens(text)
+            correction = min(overhead, 0.8 * result.ttft_ms)
+            rates.append(n_in / ((result.ttft_ms - correction) / 1000.0))
+            n_in_seen.append(n_in)
+        if rates:
+            out.append(
+                Measurement.of(
+                    f"prefill_tps.{depth}",
+                    "tok/s",
+                    f"cold prefill tok/s, ~{statistics.median(n_in_seen):.0f} prompt tokens, unique salt "
+                    f"first (no prefix-cache hits), (TTFT - {overhead:.0f} ms overhead); "
+                    f"median of {len(rates)}",
+                    rates,
+                    failed,
+                )
+            )
+    return out
+
+
+async def measure_concurrency(client: ChatClient, workload: Workload) -> list[Measurement]:
+    """Aggregate output tok/s with c requests in flight: sum(n_out) / (last token - first send)."""
+    prompts = load_prompts("prose")
+    out: list[Measurement] = []
+    for level in workload.concurrency:
+        if level <= 1:
+            continue
+        batch = [user(prompts[i % len(prompts)].prompt) for i in range(level)]
+        results = await asyncio.gather(*(client.chat(m, max_tokens=workload.decode_max_tokens) for m in batch))
+        ok = [r for r in results if r.ok and r.t_last is not None and r.n_out]
+        if not ok:
+            continue
+        span = max(r.t_last for r in ok if r.t_last) - min(r.t_send for r in ok)
+        total = sum(r.n_out or 0 for r in ok)
+        out.append(
+            Measurement.of(
+                f"output_tps.c{level}",
+                "tok/s",
+                f"aggregate output tok/s, {level} concurrent prose requests, up to "
+                f"{workload.decode_max_tokens} tokens each; one wave",
+                [total / span],
+                failed=len(results) - len(ok),
+            )
+        )
+    return out
+
+
+def objective_value(measurements: list[Measurement], metric: str, mad_penalty: float) -> tuple[float, float]:
+    """(objective, score): objective from the medians, score = objective minus its noise."""
+    by_name = {m.name: m for m in measurements}
+    if metric == "decode_tps_geomean":
+        parts = [m for n, m in by_name.items() if n.startswith("decode_tps.")]
+    else:
+        name = "decode_tps." + metric.removeprefix("decode_tps_")
+        parts = [by_name[name]] if name in by_name else []
+    if not parts:
+        raise MeasurementFailed(f"objective {metric}: nothing measured")
+    objective = geomean([m.median for m in parts])
+    # relative noise of a geometric mean ~ mean of the parts' relative MADs
+    rel_noise = statistics.fmean(1.4826 * m.mad / m.median for m in parts if m.median > 0)
+    return objective, objective * (1.0 - mad_penalty * rel_noise)

@@ -1,0 +1,224 @@
+"""The `autotune` command: parse, call one library function, print. Errors map to exit codes:
+2 bad input, 3 environment or engine missing, 1 unexpected, 130 interrupted (README "Exit codes").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from autotune import __version__, report
+from autotune.errors import AutotuneError, ConfigError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    help="Find the fastest accurate way to serve an LLM on given hardware.",
+)
+console = Console(stderr=False)
+errors = Console(stderr=True)
+
+DbOption = Annotated[Path, typer.Option("--db", help="runs.db path (created on first use)")]
+SpaceOption = Annotated[
+    str, typer.Option("--space", "-s", help="search space: a name in search_spaces/ or a YAML path")
+]
+StudyOption = Annotated[Optional[str], typer.Option("--study", help="study name (default: the newest study)")]
+HardwareOption = Annotated[
+    Optional[str], typer.Option("--hardware", help="hardware profile (spark, h200, ..., cpu) or auto")
+]
+NodesOption = Annotated[Optional[int], typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")]
+DEFAULT_DB = Path("runs.db")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"autotune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")] = False,
+) -> None:
+    """Find the fastest accurate way to serve an LLM on given hardware."""
+
+
+@app.command()
+def search(
+    space: SpaceOption = "llamacpp-gemma3-270m",
+    model: Annotated[Optional[str], typer.Option("--model", help="model file/dir, overrides the space's")] = None,
+    db: DbOption = DEFAULT_DB,
+    study: Annotated[Optional[str], typer.Option("--study", help="study name (default: <space>-<hardware>-x<nodes>)")] = None,
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="engine launches in this study, baseline included")] = 10,
+    hardware: HardwareOption = None,
+    nodes: NodesOption = None,
+    no_accuracy: Annotated[bool, typer.Option("--no-accuracy", help="throughput only: skip needle and qeval")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print each surviving candidate's launch; launch nothing")] = False,
+    logs: Annotated[Path, typer.Option("--logs", help="folder for engine logs")] = Path("autotune-logs"),
+    seed: Annotated[int, typer.Option("--seed", help="sampler seed")] = 0,
+) -> None:
+    """Tune a search space: baseline first, then Optuna trials, pruned before launching."""
+    from autotune import search as search_lib
+
+    plan = search_lib.prepare(
+        space_name=space,
+        model_path=model,
+        db_path=db,
+        study=study,
+        hardware=hardware,
+        nodes=nodes,
+        accuracy=not no_accuracy,
+        logs_dir=logs,
+        dry_run=dry_run,
+    )
+    if dry_run:
+        report.print_dry_run(console, plan)
+        return
+    outcome = search_lib.run(plan, trials=trials, seed=seed, reporter=report.RichReporter(console))
+    report.print_outcome(console, plan, outcome)
+
+
+@app.command()
+def show(
+    db: DbOption = DEFAULT_DB,
+    study: StudyOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Print the trials of a study from runs.db (the newest study by default)."""
+    from autotune import search as search_lib
+
+    store = search_lib.open_store(db, must_exist=True)
+    name = search_lib.pick_study(store, study)
+    outcome = search_lib.outcome(store, name)
+    if as_json:
+        console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
+        return
+    report.print_trials(console, outcome)
+    report.print_best(console, outcome)
+
+
+@app.command()
+def export(
+    db: DbOption = DEFAULT_DB,
+    study: StudyOption = None,
+    trial: Annotated[Optional[int], typer.Option("--trial", help="trial number (default: the best)")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here")] = None,
+) -> None:
+    """Write the winning (or a chosen) trial as a recipe YAML."""
+    from autotune import search as search_lib
+
+    store = search_lib.open_store(db, must_exist=True)
+    text = search_lib.export_recipe(store, study, trial, output)
+    if output is None:
+        console.print(text, markup=False, highlight=False)
+    else:
+        console.print(f"recipe written to {output}")
+
+
+@app.command()
+def probe(
+    db: DbOption = DEFAULT_DB,
+    space: SpaceOption = "llamacpp-gemma3-270m",
+    model: Annotated[Optional[str], typer.Option("--model", help="model file/dir for engine probes")] = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="probe again even if runs.db has results")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    classify: Annotated[Optional[Path], typer.Option("--classify", help="classify an engine log file; probe nothing")] = None,
+    skip_engine: Annotated[bool, typer.Option("--no-engine", help="device and kernels only")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds per probe")] = 300.0,
+) -> None:
+    """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
+    from autotune import probing
+
+    if classify is not None:
+        found = probing.classify_log(classify)
+        if as_json:
+            console.print_json(json.dumps(found.model_dump(mode="json") if found else None))
+        else:
+            report.print_classification(console, classify, found)
+        return
+    result = probing.probe(
+        db_path=db,
+        space_name=space,
+        model_path=model,
+        refresh=refresh,
+        engine_probes=not skip_engine,
+        timeout_s=timeout,
+    )
+    if as_json:
+        console.print_json(result.model_dump_json())
+    else:
+        report.print_probe(console, result)
+
+
+@app.command()
+def plan(
+    space: SpaceOption = "llamacpp-gemma3-270m",
+    hardware: HardwareOption = None,
+    nodes: NodesOption = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="model dir with config.json (overrides the space)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Memory fit and roofline predictions per candidate; launches nothing."""
+    from autotune import search as search_lib
+
+    report_ = search_lib.plan_space(space, hardware, nodes, model)
+    if as_json:
+        console.print_json(report_.model_dump_json())
+    else:
+        report.print_plan(console, report_)
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and turns known errors into one line and an exit code."""
+    from autotune.launchers.process import stop_all
+
+    signal.signal(signal.SIGTERM, _sigterm)
+    debug = os.environ.get("AUTOTUNE_DEBUG") == "1"
+    try:
+        rc = app(args=argv, standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
+    except KeyboardInterrupt:
+        stop_all()
+        errors.print("interrupted: engine processes stopped; the study resumes when you run the same command")
+        return 130
+    except AutotuneError as exc:
+        stop_all()
+        if debug:
+            raise
+        errors.print(f"error: {exc}", markup=False, highlight=False)
+        return exc.exit_code
+    except (typer.Abort, typer.Exit) as exc:
+        return getattr(exc, "exit_code", 1)
+    except Exception as exc:  # click usage errors
+        import click
+
+        stop_all()
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return 2
+        if isinstance(exc, click.exceptions.Exit):
+            return exc.exit_code
+        if debug or "pytest" in sys.modules:
+            raise
+        errors.print(f"unexpected error: {type(exc).__name__}: {exc} (set AUTOTUNE_DEBUG=1 for the traceback)")
+        return 1
+    finally:
+        stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["app", "main", "ConfigError"]

@@ -1,0 +1,61 @@
+"""The engine interface. An engine turns a Candidate into a launch and reads its own logs.
+
+Lifecycle: the study asks `check_available()` once, `validate_space()` when a space is loaded,
+then per trial `render()` -> a launcher starts it -> on failure `classify(log)`; on success
+`selected(log)` says what the engine really picked. The study never builds command lines itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from autotune.errors import ConfigError
+from autotune.models import Candidate, FailureInfo, LaunchSpec, ModelSpec, SearchSpace
+
+
+class Engine(ABC):
+    name: ClassVar[str]
+    #: knob names this engine can render; a space naming another knob is refused.
+    knobs: ClassVar[frozenset[str]]
+    health_path: ClassVar[str] = "/v1/models"
+    #: the engine's Prometheus endpoint, if it has one (spec-decode counters live there).
+    metrics_path: ClassVar[str | None] = None
+    #: POST endpoint that tokenizes text with the served model's tokenizer.
+    tokenize_path: ClassVar[str] = "/tokenize"
+
+    @abstractmethod
+    def version(self) -> str | None:
+        """The installed engine's version, or None when it is not installed."""
+
+    @abstractmethod
+    def check_available(self) -> None:
+        """Raise EngineUnavailable with an install hint when the engine cannot run here."""
+
+    @abstractmethod
+    def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
+        """The exact argv + env that serve `candidate` on `host:port`."""
+
+    def classify(self, log_text: str) -> FailureInfo | None:
+        """The failure this log shows, from the shared signature table; None when it shows none."""
+        from probes.signatures import classify
+
+        return classify(log_text, engine=self.name)
+
+    def selected(self, log_text: str) -> dict[str, str]:
+        """What the engine reports it actually used (backends, cache types); engine-specific."""
+        return {}
+
+    def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
+        """Speculative-decoding counters from the metrics endpoint (drafts, draft_tokens, accepted)."""
+        return {}
+
+    def validate_space(self, space: SearchSpace) -> None:
+        """Refuse knobs this engine cannot render, with the list of the ones it can."""
+        named = {k.name for k in space.knobs if k.kind == "arg"} | set(space.fixed)
+        unknown = sorted(named - self.knobs)
+        if unknown:
+            raise ConfigError(
+                f"engine {self.name!r} has no knob {', '.join(map(repr, unknown))}; "
+                f"known knobs: {', '.join(sorted(self.knobs))}"
+            )

@@ -1,0 +1,124 @@
+"""llama.cpp through llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`).
+
+Knob names follow the server's own options (`--type_k`, `--n_ubatch`, ...). Two are translated:
+KV cache types are given by name (f16, q8_0, q4_0) and passed as ggml type numbers, and `draft_k`
+(0 = off) turns on prompt-lookup decoding with that many drafted tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import metadata
+from typing import ClassVar
+
+from autotune.engines.base import Engine
+from autotune.errors import ConfigError, EngineUnavailable
+from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar
+
+# ggml_type enum values (ggml.h); stable across releases because GGUF files store them.
+GGML_TYPES: dict[str, int] = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "bf16": 30,
+}
+PLAIN_OPTIONS = (
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "n_threads_batch",
+    "n_gpu_layers",
+    "chat_format",
+    "use_mmap",
+    "use_mlock",
+    "offload_kqv",
+    "flash_attn",
+    "cache",
+    "seed",
+)
+
+
+def _arg(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class LlamaCppEngine(Engine):
+    name = "llamacpp"
+    knobs: ClassVar[frozenset[str]] = frozenset({*PLAIN_OPTIONS, "type_k", "type_v", "draft_k"})
+    health_path = "/v1/models"
+    tokenize_path = "/extras/tokenize"
+
+    def version(self) -> str | None:
+        try:
+            return metadata.version("llama-cpp-python")
+        except metadata.PackageNotFoundError:
+            return None
+
+    def check_available(self) -> None:
+        if self.version() is None:
+            raise EngineUnavailable(
+                "llama-cpp-python is not installed; install the embedded engine with "
+                "`pip install -e '.[llamacpp]'`"
+            )
+        try:
+            metadata.version("uvicorn")
+        except metadata.PackageNotFoundError as exc:
+            raise EngineUnavailable(
+                "llama-cpp-python's server extra is missing; run `pip install 'llama-cpp-python[server]'`"
+            ) from exc
+
+    def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
+        if not model.path:
+            raise ConfigError(f"model {model.name!r} has no resolved path")
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", model.path]
+        argv += ["--model_alias", model.served_name or model.name, "--host", host, "--port", str(port)]
+        params = candidate.params
+        for name in PLAIN_OPTIONS:
+            value = params.get(name)
+            if value is not None:
+                argv += [f"--{name}", _arg(value)]
+        for name in ("type_k", "type_v"):
+            value = params.get(name)
+            if value is not None:
+                if value not in GGML_TYPES:
+                    raise ConfigError(f"{name}={value!r} is not a KV cache type; use one of {sorted(GGML_TYPES)}")
+                argv += [f"--{name}", str(GGML_TYPES[str(value)])]
+        draft_k = params.get("draft_k")
+        if draft_k:
+            argv += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(draft_k)]
+        return LaunchSpec(
+            engine=self.name,
+            nodes=[NodeLaunch(argv=argv, env=dict(candidate.env))],
+            port=port,
+            health_path=self.health_path,
+        )
+
+    def selected(self, log_text: str) -> dict[str, str]:
+        """What llama.cpp reports when it builds the context (verbose log)."""
+        found: dict[str, str] = {}
+        patterns = {
+            "flash_attn": r"llama_context:\s+flash_attn\s+=\s+(\S+)",
+            "n_ctx": r"llama_context:\s+n_ctx\s+=\s+(\d+)",
+            "n_batch": r"llama_context:\s+n_batch\s+=\s+(\d+)",
+            "n_ubatch": r"llama_context:\s+n_ubatch\s+=\s+(\d+)",
+            "kv_cache_k": r"llama_kv_cache: size = .*K \((\w+)\)",
+            "kv_cache_v": r"llama_kv_cache: size = .*V \((\w+)\)",
+            "chat_format": r"Using (?:fallback )?chat format: (\S+)",
+            "system_info": r"(?m)^system_info: (.*)$",
+        }
+        for key, pattern in patterns.items():
+            matches = re.findall(pattern, log_text)
+            if matches:
+                found[key] = matches[-1].strip()
+        sizes = re.findall(r"llama_kv_cache: size =\s+([\d.]+) MiB", log_text)
+        if sizes:
+            found["kv_cache_mib"] = f"{sum(float(s) for s in sizes):.2f}"
+        return found

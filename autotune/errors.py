@@ -1,0 +1,50 @@
+"""One error family. The CLI maps each class to its exit code and prints the message alone."""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base of every error autotune raises on purpose; the message says what to do next."""
+
+    exit_code = 1
+
+
+class ConfigError(AutotuneError):
+    """Bad input: a malformed search space, an unknown knob or engine, an impossible option."""
+
+    exit_code = 2
+
+
+class ModelNotFound(ConfigError):
+    """The model file or directory named by the space does not exist."""
+
+
+class NoValidCandidate(ConfigError):
+    """Every candidate of the space is ruled out before launching."""
+
+
+class EngineUnavailable(AutotuneError):
+    """The engine (or a package it needs) is not installed or cannot run here."""
+
+    exit_code = 3
+
+
+class ProbeError(AutotuneError):
+    """The probing infrastructure itself broke (not a feature failing: that is data)."""
+
+    exit_code = 3
+
+
+class StoreError(AutotuneError):
+    """runs.db cannot be opened, created or written."""
+
+    exit_code = 2
+
+
+class EngineStartError(AutotuneError):
+    """An engine process did not become healthy; carries the log tail for classification."""
+
+    def __init__(self, message: str, log_tail: str = "", timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.timed_out = timed_out

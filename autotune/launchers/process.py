@@ -1,0 +1,181 @@
+"""Local engine process: its own process group, killed as one on exit, Ctrl-C or error.
+
+`ServerProcess` is a context manager. Entering starts the process and waits for the health
+endpoint; it fails at once when the process dies, and after `startup_timeout_s` when it hangs.
+If autotune itself is killed, the kernel kills the server too (PR_SET_PDEATHSIG on Linux).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from autotune.errors import EngineStartError
+from autotune.launchers.watchdog import Watchdog, WatchdogLimits
+from autotune.models import LaunchSpec
+
+_LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask the kernel to SIGKILL us when autotune dies."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def stop_all() -> None:
+    """Kill every engine process group still alive (signal handlers and atexit call this)."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+def tail(path: Path, max_bytes: int = 20_000) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        startup_timeout_s: float = 180.0,
+        host: str = "127.0.0.1",
+        limits: WatchdogLimits | None = None,
+    ) -> None:
+        self.launch = launch
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.base_url = f"http://{host}:{launch.port}"
+        self.limits = limits or WatchdogLimits()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: Watchdog | None = None
+        self.startup_s: float | None = None
+        self._log: IO[bytes] | None = None
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        node = self.launch.server
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._log.write(f"$ {' '.join(node.argv)}\n".encode())
+        self._log.flush()
+        self._t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            node.argv,
+            env={**os.environ, **node.env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        _LIVE.add(self)
+        self.watchdog = Watchdog(self.proc.pid, self.limits)
+        self.watchdog.start()
+
+    def wait_healthy(self) -> None:
+        assert self.proc is not None
+        deadline = self._t0 + self.startup_timeout_s
+        url = self.base_url + self.launch.health_path
+        with httpx.Client(timeout=5.0) as http:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise EngineStartError(
+                        f"engine exited with code {code} before it became healthy",
+                        log_tail=self.log_text(),
+                    )
+                if self.watchdog and self.watchdog.tripped:
+                    raise EngineStartError(f"watchdog stopped the engine: {self.watchdog.tripped}", self.log_text())
+                try:
+                    if http.get(url).status_code == 200:
+                        self.startup_s = time.monotonic() - self._t0
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise EngineStartError(
+                        f"engine not healthy after {self.startup_timeout_s:.0f} s (startup timeout)",
+                        log_tail=self.log_text(),
+                        timed_out=True,
+                    )
+                time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        if self._log:
+            self._log.flush()
+        return tail(self.log_path)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the whole group, then SIGKILL whatever is left after `grace_s`."""
+        if self.watchdog:
+            self.watchdog.stop()
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait_s)
+                except subprocess.TimeoutExpired:
+                    continue
+                if not _group_alive(proc.pid):
+                    break
+            else:
+                _kill_group(proc.pid)
+        _LIVE.discard(self)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,136 @@
+"""Recipe export: the winning (or a chosen) trial as YAML, and launch commands rendered for people.
+
+A recipe says what really ran: the exact argv/env per node, what the engine reported it selected,
+every number with the condition it was measured under, accuracy results, and provenance.
+A plan-only recipe is marked `kind: predicted` and holds only predicted numbers.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+import yaml
+
+from autotune import __version__
+from autotune.models import (
+    LaunchSpec,
+    NodeLaunch,
+    Provenance,
+    Recipe,
+    RecipeNumber,
+    SearchSpace,
+    TrialResult,
+    utc_now,
+)
+
+PORTABLE_PYTHON = "python3"
+
+
+def portable_launch(launch: LaunchSpec) -> LaunchSpec:
+    """The same launch with this machine's interpreter path replaced by `python3`."""
+    nodes = [
+        NodeLaunch(
+            node=n.node,
+            role=n.role,
+            argv=[PORTABLE_PYTHON if a == sys.executable else a for a in n.argv],
+            env=n.env,
+        )
+        for n in launch.nodes
+    ]
+    return launch.model_copy(update={"nodes": nodes})
+
+
+def shell_lines(launch: LaunchSpec) -> list[str]:
+    """One copy-pasteable line per node: env assignments then the argv, shell-quoted."""
+    lines = []
+    for node in launch.nodes:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node.env.items()))
+        cmd = shlex.join(node.argv)
+        prefix = f"# node {node.node} ({node.role})\n" if len(launch.nodes) > 1 else ""
+        lines.append(prefix + (f"{env} {cmd}" if env else cmd))
+    return lines
+
+
+def _numbers(trial: TrialResult) -> list[RecipeNumber]:
+    return [
+        RecipeNumber(
+            name=m.name,
+            value=m.median,
+            unit=m.unit,
+            condition=m.condition,
+            spread=f"MAD {m.mad:g} over {len(m.samples)} samples" if len(m.samples) > 1 else None,
+        )
+        for m in trial.measurements
+    ]
+
+
+def _accuracy(trial: TrialResult, baseline: TrialResult | None) -> list[str]:
+    lines = []
+    if trial.needle:
+        lines.append(trial.needle.summary())
+    if trial.qeval:
+        line = trial.qeval.summary()
+        if baseline and baseline.qeval and baseline.number != trial.number:
+            line += f" (baseline trial {baseline.number}: {baseline.qeval.correct} of {baseline.qeval.total})"
+        lines.append(line)
+    lines += [f"gate {g.gate}: {'pass' if g.passed else 'FAIL'} ({g.detail})" for g in trial.gates]
+    return lines
+
+
+def recipe_from_trial(
+    space: SearchSpace,
+    trial: TrialResult,
+    baseline: TrialResult | None,
+    hardware: str,
+    nodes: int,
+    db_path: str | None = None,
+) -> Recipe:
+    if trial.launch is None:
+        raise ValueError(f"trial {trial.number} has no launch to export")
+    base_numbers = (
+        {m.name: m.median for m in baseline.measurements} if baseline and baseline.number != trial.number else {}
+    )
+    return Recipe(
+        name=f"{space.name} / study {trial.study} / trial {trial.number}",
+        kind="measured",
+        engine=space.engine,
+        model=space.model.name,
+        params=trial.candidate.params,
+        launch=portable_launch(trial.launch),
+        selected=trial.selected,
+        numbers=_numbers(trial),
+        accuracy=_accuracy(trial, baseline),
+        baseline=base_numbers,
+        provenance=Provenance(
+            study=trial.study,
+            trial=trial.number,
+            date=utc_now(),
+            host=socket.gethostname(),
+            autotune_version=__version__,
+            engine_version=trial.engine_version,
+            hardware=hardware,
+            nodes=nodes,
+            db=db_path,
+        ),
+    )
+
+
+def to_yaml(recipe: Recipe) -> str:
+    data = recipe.model_dump(mode="json")
+    data["commands"] = shell_lines(recipe.launch)
+    return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+
+
+def from_yaml(text: str) -> Recipe:
+    data = yaml.safe_load(text)
+    data.pop("commands", None)
+    return Recipe.model_validate(data)
+
+
+def write_recipe(recipe: Recipe, path: Path) -> str:
+    text = to_yaml(recipe)
+    path.write_text(text)
+    return text

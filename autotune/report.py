@@ -1,0 +1,206 @@
+"""Everything the CLI prints: progress while a study runs, tables after. No measuring here."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from autotune.models import Candidate, FailureInfo, TrialResult
+from autotune.score import verdict
+from autotune.study import StudyOutcome
+
+if TYPE_CHECKING:
+    from autotune.search import SearchPlan
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _median(trial: TrialResult, name: str) -> float | None:
+    m = trial.measurement(name)
+    return m.median if m else None
+
+
+class RichReporter:
+    """Progress of a running study: trial n of N, phase, last result, current best."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status: Status | None = None
+        self.t0 = time.monotonic()
+        self.label = ""
+
+    def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
+        self.label = f"trial {launched} of {total} (#{number})"
+        self.console.print(f"[bold]{self.label}[/] {candidate.label()}")
+        self.status = self.console.status(f"{self.label}: starting")
+        self.status.start()
+
+    def trial_event(self, text: str) -> None:
+        if self.status:
+            self.status.update(f"{self.label}: {text} ({time.monotonic() - self.t0:.0f} s elapsed)")
+
+    def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
+        if self.status:
+            self.status.stop()
+            self.status = None
+        if result.status == "ok":
+            line = (
+                f"  decode {_fmt(result.objective)} tok/s (prose {_fmt(_median(result, 'decode_tps.prose'))}, "
+                f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
+                f"TTFT {_fmt(_median(result, 'ttft_ms.prose'), 0)} ms"
+            )
+            if result.needle:
+                line += f", {result.needle.summary()}"
+            if result.qeval:
+                line += f", {result.qeval.summary()}"
+            failed_gates = [g.gate for g in result.gates if not g.passed]
+            if failed_gates:
+                line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+        else:
+            line = f"  [red]{verdict(result)}[/]"
+        line += f" [dim]({result.duration_s:.0f} s)[/]"
+        self.console.print(line)
+        if best is not None:
+            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")
+
+    def trial_skipped(self, result: TrialResult) -> None:
+        self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
+
+
+def trials_table(outcome: StudyOutcome) -> Table:
+    best = outcome.best
+    table = Table(title=f"study {outcome.name}", show_lines=False)
+    for col in ("#", "config", "decode tok/s", "prose", "struct", "TTFT ms", "prefill tok/s", "needle", "qeval", "verdict"):
+        table.add_column(col, overflow="fold")
+    for t in outcome.trials:
+        if t.status == "skipped":
+            continue
+        prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
+        row = [
+            f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}",
+            t.candidate.label(),
+            _fmt(t.objective),
+            _fmt(_median(t, "decode_tps.prose")),
+            _fmt(_median(t, "decode_tps.structured")),
+            _fmt(_median(t, "ttft_ms.prose"), 0),
+            _fmt(prefill[-1] if prefill else None, 0),
+            ("pass" if all(c.passed for c in t.needle.cases) else "FAIL") if t.needle else "-",
+            f"{t.qeval.correct}/{t.qeval.total}" if t.qeval else "-",
+            verdict(t),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def print_trials(console: Console, outcome: StudyOutcome) -> None:
+    console.print(trials_table(outcome))
+    if outcome.skipped_reasons:
+        console.print("[bold]pruned before launching[/] (reason: count)")
+        for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):
+            console.print(f"  {reason}: {count}")
+
+
+def print_best(console: Console, outcome: StudyOutcome) -> None:
+    best, base = outcome.best, outcome.baseline
+    if best is None:
+        console.print("[red]no trial ran and passed its gates: no winner[/]")
+        return
+    console.print(f"[bold green]best: trial {best.number}[/] {best.candidate.label()}")
+    if base and base.objective and best.objective and best.number != base.number:
+        ratio = best.objective / base.objective
+        noise = _relative_noise(best) + _relative_noise(base)
+        inside = abs(ratio - 1.0) <= noise
+        console.print(
+            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s: x{ratio:.2f} "
+            f"(noise ±{noise:.1%}{', inside noise: no clear winner' if inside else ''})"
+        )
+    elif best.number == 0:
+        console.print("  the baseline (engine defaults) is the best config measured")
+
+
+def _relative_noise(trial: TrialResult) -> float:
+    parts = [m for m in trial.measurements if m.name.startswith("decode_tps.") and m.median > 0]
+    if not parts:
+        return 0.0
+    return sum(1.4826 * m.mad / m.median for m in parts) / len(parts)
+
+
+def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> None:
+    print_trials(console, outcome)
+    print_best(console, outcome)
+    if outcome.exhausted:
+        console.print("every candidate that survives pruning has been measured")
+    console.print(f"results in {plan.db_path}; `autotune export --db {plan.db_path} --study {outcome.name}` writes the recipe")
+
+
+def print_dry_run(console: Console, plan: SearchPlan) -> None:
+    from autotune.recipe import portable_launch, shell_lines
+    from autotune.search import surviving
+
+    rows = surviving(plan)
+    kept = [c for c, why in rows if why is None]
+    console.print(
+        f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
+        f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
+    )
+    for i, candidate in enumerate(kept):
+        launch = portable_launch(plan.engine.render(candidate, plan.ctx.model, 8000))
+        console.print(f"[bold]#{i}[/] {candidate.label()}")
+        for line in shell_lines(launch):
+            console.print(f"  {line}", markup=False, highlight=False)
+    dropped: dict[str, int] = {}
+    for _, why in rows:
+        if why:
+            dropped[why] = dropped.get(why, 0) + 1
+    for why, count in sorted(dropped.items(), key=lambda x: -x[1]):
+        console.print(f"[dim]pruned {count}: {why}[/]")
+
+
+def print_classification(console: Console, path: Path, found: FailureInfo | None) -> None:
+    if found is None:
+        console.print(f"{path}: the log shows no known failure")
+        return
+    console.print(f"[bold]{found.failure_class}[/]: {found.message}")
+    if found.feature:
+        console.print(f"  feature: {found.feature}")
+    if found.implicates:
+        console.print(f"  implicates knobs: {', '.join(found.implicates)}")
+    if found.fix:
+        console.print(f"  fix: {found.fix}")
+    for line in found.evidence:
+        console.print(f"  > {line}", markup=False, highlight=False)
+
+
+def print_probe(console: Console, result: Any) -> None:
+    dev = result.device
+    console.print(f"[bold]host[/] {dev.hostname}: {dev.cpu_model or 'cpu'} ({dev.cpu_cores} cores), "
+                  f"{dev.memory_total_gb:.1f} GB RAM")
+    for gpu in dev.gpus:
+        console.print(
+            f"  GPU {gpu.index}: {gpu.name} {gpu.compute_capability}, "
+            f"{_fmt(gpu.total_memory_gb)} GB{' unified' if gpu.unified_memory else ''}"
+        )
+    for note in dev.notes:
+        console.print(f"  [dim]{note}[/]")
+    table = Table(title=f"capabilities ({result.engine} {result.engine_version or ''})".strip())
+    for col in ("feature", "status", "class", "evidence"):
+        table.add_column(col, overflow="fold")
+    colors = {"works": "green", "fails": "red", "unsupported": "yellow", "untested": "dim"}
+    for p in result.results:
+        table.add_row(p.feature, f"[{colors[p.status]}]{p.status}[/]", p.signature or "", p.evidence[:200])
+    console.print(table)
+    if result.reused:
+        console.print("[dim]stored results reused (same host fingerprint); --refresh probes again[/]")
+
+
+def print_plan(console: Console, plan_report: Any) -> None:
+    from autotune.planner import render_plan_table
+
+    console.print(render_plan_table(plan_report))

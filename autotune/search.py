@@ -1,0 +1,238 @@
+"""What `autotune search`, `show`, `export` and `plan` do, as library calls (the CLI only prints).
+
+`prepare` checks everything that can be wrong with the input before runs.db is opened, so a bad
+space, engine, model path or hardware choice leaves the database untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.engines import Engine, get_engine
+from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
+from autotune.hardware import parallel_layout, resolve_hardware
+from autotune.model_files import resolve_model
+from autotune.models import Candidate, DeviceIdentity, HardwareProfile, HostFingerprint, SearchSpace, TrialResult
+from autotune.planner import PlanReport, estimate
+from autotune.planner import plan as plan_candidates
+from autotune.recipe import recipe_from_trial, to_yaml
+from autotune.space import Pruner, enumerate_candidates, load_space, probes_check, rules_check
+from autotune.store import Store
+from autotune.study import Reporter, StudyOutcome, Tuner, outcome_of
+from autotune.trial import TrialContext
+
+
+class SearchPlan(BaseModel):
+    """A checked search, ready to run: nothing has been launched or written yet."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    space: SearchSpace
+    engine: Engine
+    hardware: HardwareProfile
+    nodes: int
+    study: str
+    host: HostFingerprint
+    db_path: Path
+    store: Store | None
+    pruner: Pruner
+    ctx: TrialContext
+    candidates_total: int
+    candidates_after_rules: int
+
+
+def detect_device() -> DeviceIdentity:
+    from probes.device import detect
+
+    return detect()
+
+
+def fingerprint(device: DeviceIdentity, engine: Engine) -> HostFingerprint:
+    gpu = device.gpus[0] if device.gpus else None
+    return HostFingerprint(
+        hostname=socket.gethostname(),
+        gpu=f"{len(device.gpus)}x {gpu.name}" if gpu else None,
+        compute_capability=gpu.compute_capability if gpu else None,
+        driver=device.driver,
+        cuda=device.cuda_runtime,
+        torch=device.torch_version,
+        engine=engine.name,
+        engine_version=engine.version(),
+    )
+
+
+def open_store(db_path: Path, must_exist: bool = False) -> Store:
+    return Store(db_path, must_exist=must_exist)
+
+
+def check_writable(db_path: Path) -> None:
+    parent = db_path.parent if str(db_path.parent) else Path(".")
+    target = db_path if db_path.exists() else parent
+    if not target.exists():
+        raise StoreError(f"cannot create {db_path}: folder {parent} does not exist")
+    if not os.access(target, os.W_OK):
+        raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
+
+
+def memory_check(space: SearchSpace, hardware: HardwareProfile, nodes: int):
+    def check(candidate: Candidate) -> str | None:
+        est = estimate(space, candidate, hardware, nodes)
+        return None if est.fits else f"memory: {est.reason}"
+
+    return check
+
+
+def prepare(
+    *,
+    space_name: str,
+    model_path: str | None,
+    db_path: Path,
+    study: str | None,
+    hardware: str | None,
+    nodes: int | None,
+    accuracy: bool,
+    logs_dir: Path,
+    dry_run: bool = False,
+) -> SearchPlan:
+    space = load_space(space_name)
+    engine = get_engine(space.engine)
+    engine.validate_space(space)
+    if not dry_run:
+        engine.check_available()
+    try:
+        model = resolve_model(space.model, model_path)
+    except ModelNotFound:
+        if not dry_run:
+            raise
+        model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
+    device = detect_device()
+    profile = resolve_hardware(hardware or space.hardware, device)
+    node_count = nodes or space.nodes
+    total = 0
+    after_rules = 0
+    rules = rules_check(space)
+    for candidate in enumerate_candidates(space):
+        total += 1
+        if rules(candidate) is None:
+            parallel_layout(space, candidate, profile, node_count)
+            after_rules += 1
+    if after_rules == 0:
+        raise NoValidCandidate(f"space {space.name!r}: the rules rule out all {total} candidates")
+    host = fingerprint(device, engine)
+    if dry_run:
+        store = Store(db_path) if db_path.exists() else None
+    else:
+        check_writable(db_path)
+        store = Store(db_path)
+    probes = store.probe_results(host.key()) if store else []
+    pruner = Pruner([rules, probes_check(probes), memory_check(space, profile, node_count)])
+    name = study or f"{space.name}-{profile.name}-x{node_count}"
+    ctx = TrialContext(study=name, space=space, model=model, engine=engine, logs_dir=logs_dir, accuracy=accuracy)
+    return SearchPlan(
+        space=space,
+        engine=engine,
+        hardware=profile,
+        nodes=node_count,
+        study=name,
+        host=host,
+        db_path=db_path,
+        store=store,
+        pruner=pruner,
+        ctx=ctx,
+        candidates_total=total,
+        candidates_after_rules=after_rules,
+    )
+
+
+def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:
+    """Every candidate with the reason it is pruned (None = it would be launched)."""
+    return [(c, plan.pruner.reason(c)) for c in enumerate_candidates(plan.space)]
+
+
+def predicted_order(plan: SearchPlan):
+    def order(candidates: list[Candidate]) -> list[Candidate]:
+        scored = [(estimate(plan.space, c, plan.hardware, plan.nodes).decode_tps, c) for c in candidates]
+        return [c for tps, c in sorted(scored, key=lambda x: -(x[0] or 0.0))]
+
+    return order
+
+
+def run(plan: SearchPlan, *, trials: int, seed: int = 0, reporter: Reporter | None = None) -> StudyOutcome:
+    assert plan.store is not None
+    host_key = plan.store.save_host(plan.host)
+    plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key)
+    tuner = Tuner(
+        plan.ctx,
+        plan.store,
+        plan.pruner,
+        host_key,
+        trials=trials,
+        seed=seed,
+        order=predicted_order(plan),
+        reporter=reporter,
+    )
+    return tuner.run()
+
+
+def pick_study(store: Store, name: str | None) -> str:
+    studies = store.studies()
+    if not studies:
+        raise ConfigError(f"{store.path} holds no study yet: run `autotune search` first")
+    if name is None:
+        return studies[-1]["name"]
+    if store.study(name) is None:
+        known = ", ".join(s["name"] for s in studies)
+        raise ConfigError(f"no study {name!r} in {store.path}; studies: {known}")
+    return name
+
+
+def outcome(store: Store, name: str) -> StudyOutcome:
+    return outcome_of(store, name)
+
+
+def export_recipe(store: Store, study: str | None, trial_number: int | None, output: Path | None) -> str:
+    name = pick_study(store, study)
+    row = store.study(name)
+    assert row is not None
+    space = SearchSpace.model_validate_json(row["space"])
+    result = outcome_of(store, name)
+    if trial_number is None:
+        chosen: TrialResult | None = result.best
+        if chosen is None:
+            raise ConfigError(f"study {name!r} has no trial that ran and passed its gates; nothing to export")
+    else:
+        chosen = store.trial(name, trial_number)
+        if chosen is None:
+            raise ConfigError(f"study {name!r} has no trial {trial_number}")
+        if chosen.status != "ok":
+            raise ConfigError(f"trial {trial_number} did not run ({chosen.status}: {chosen.reason}); nothing to export")
+    recipe = recipe_from_trial(space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path))
+    text = to_yaml(recipe)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    store.save_recipe(name, chosen.number, recipe.kind, text)
+    return text
+
+
+def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_path: str | None) -> PlanReport:
+    space = load_space(space_name)
+    get_engine(space.engine).validate_space(space)
+    if model_path:
+        space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
+    device = detect_device() if (hardware or space.hardware) == "auto" else None
+    profile = resolve_hardware(hardware or space.hardware, device)
+    node_count = nodes or space.nodes
+    rules = rules_check(space)
+    kept = []
+    for candidate in enumerate_candidates(space):
+        if rules(candidate) is None:
+            parallel_layout(space, candidate, profile, node_count)
+            kept.append(candidate)
+    return plan_candidates(space, kept, profile, node_count)

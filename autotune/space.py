@@ -1,0 +1,168 @@
+"""Search spaces: load search_spaces/*.yaml, enumerate candidates, prune before launching.
+
+Pruning reasons come from four places, checked in this order: the space's hard rules, probe
+results for this host (`fails` with knob values), the memory planner, and failures learned
+during earlier trials on the same host fingerprint.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from autotune.errors import ConfigError
+from autotune.models import Candidate, ProbeResult, Rule, Scalar, SearchSpace
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+DEFAULT_SPACE = "llamacpp-gemma3-270m"
+MAX_ENUMERATED = 200_000
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def space_path(name_or_path: str) -> Path:
+    """A path to a YAML file, or the name of one in search_spaces/."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"search space file {path} does not exist")
+        return path
+    candidate = SPACES_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(available_spaces()) or "none"
+        raise ConfigError(f"unknown search space {name_or_path!r}; shipped spaces: {known}")
+    return candidate
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    parts = []
+    for err in errors[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown key {where!r}")
+        else:
+            parts.append(f"{where}: {err['msg']}")
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def load_space(name_or_path: str) -> SearchSpace:
+    path = space_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a search space must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_first_error(exc)}") from exc
+
+
+def make_candidate(space: SearchSpace, tuned: dict[str, Scalar]) -> Candidate:
+    """Fixed knobs + tuned knobs; env-kind knobs go to the environment (None = unset)."""
+    params: dict[str, Scalar] = dict(space.fixed)
+    env = dict(space.env)
+    for knob in space.knobs:
+        value = tuned.get(knob.name, knob.default)
+        if knob.kind == "env":
+            if value is not None:
+                env[knob.name] = str(value)
+        else:
+            params[knob.name] = value
+    return Candidate(engine=space.engine, params=dict(sorted(params.items())), env=dict(sorted(env.items())))
+
+
+def baseline(space: SearchSpace) -> Candidate:
+    return make_candidate(space, space.baseline_params())
+
+
+def count_candidates(space: SearchSpace) -> int:
+    total = 1
+    for knob in space.knobs:
+        total *= len(knob.values)
+    return total
+
+
+def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
+    if count_candidates(space) > MAX_ENUMERATED:
+        raise ConfigError(
+            f"space {space.name!r} has {count_candidates(space)} combinations; "
+            f"more than {MAX_ENUMERATED} cannot be listed (narrow the knob values)"
+        )
+    names = [k.name for k in space.knobs]
+    for values in itertools.product(*(k.values for k in space.knobs)):
+        yield make_candidate(space, dict(zip(names, values)))
+
+
+def _value(candidate: Candidate, name: str) -> Scalar:
+    return candidate.params[name] if name in candidate.params else candidate.env.get(name)
+
+
+def rule_violation(rule: Rule, candidate: Candidate) -> str | None:
+    if all(_value(candidate, k) in vs for k, vs in rule.when.items()):
+        broken = [k for k, vs in rule.then.items() if _value(candidate, k) not in vs]
+        if broken:
+            return f"rule: {rule.reason}"
+    return None
+
+
+def probe_blocks(probe: ProbeResult, candidate: Candidate) -> bool:
+    """A failing probe blocks every candidate that holds all of the probe's knob values."""
+    if probe.status != "fails" or not probe.params:
+        return False
+    return all(k in candidate.params and candidate.params[k] == v for k, v in probe.params.items())
+
+
+Check = Callable[[Candidate], str | None]
+
+
+def rules_check(space: SearchSpace) -> Check:
+    def check(candidate: Candidate) -> str | None:
+        for rule in space.rules:
+            reason = rule_violation(rule, candidate)
+            if reason:
+                return reason
+        return None
+
+    return check
+
+
+def probes_check(probes: Iterable[ProbeResult]) -> Check:
+    failing = [p for p in probes if p.status == "fails" and p.params]
+
+    def check(candidate: Candidate) -> str | None:
+        for probe in failing:
+            if probe_blocks(probe, candidate):
+                why = f" ({probe.signature})" if probe.signature else ""
+                return f"probe: {probe.feature} fails on this host{why}"
+        return None
+
+    return check
+
+
+class Pruner:
+    """All pre-launch checks in one place; `reason(candidate)` is None when it may launch."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = list(checks)
+
+    def add(self, check: Check) -> None:
+        self.checks.append(check)
+
+    def reason(self, candidate: Candidate) -> str | None:
+        for check in self.checks:
+            why = check(candidate)
+            if why:
+                return why
+        return None

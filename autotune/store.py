@@ -1,0 +1,312 @@
+"""runs.db through sqlite-utils: hosts, probe results, studies, trials, measurements, learned
+failures, recipes. Optuna keeps its own tables in the same file (RDB storage, `optuna_url`).
+
+Schema changes are an append-only list of migrations (`MIGRATIONS`); never edit an applied one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from autotune.errors import StoreError
+from autotune.models import (
+    Candidate,
+    FailureInfo,
+    HostFingerprint,
+    ProbeResult,
+    Scalar,
+    SearchSpace,
+    TrialResult,
+    utc_now,
+)
+
+MIGRATIONS = Migrations("autotune")
+
+
+@MIGRATIONS()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    db["hosts"].create(
+        {"key": str, "hostname": str, "fingerprint": str, "first_seen": str}, pk="key"
+    )
+    db["probe_results"].create(
+        {
+            "host_key": str,
+            "feature": str,
+            "status": str,
+            "signature": str,
+            "evidence": str,
+            "params": str,
+            "duration_s": float,
+            "probed_at": str,
+        },
+        pk=("host_key", "feature"),
+    )
+    db["studies"].create(
+        {
+            "name": str,
+            "space_name": str,
+            "engine": str,
+            "hardware": str,
+            "nodes": int,
+            "host_key": str,
+            "space": str,
+            "created_at": str,
+        },
+        pk="name",
+    )
+    db["trials"].create(
+        {
+            "study": str,
+            "number": int,
+            "candidate_key": str,
+            "params": str,
+            "status": str,
+            "reason": str,
+            "failure_class": str,
+            "objective": float,
+            "score": float,
+            "started_at": str,
+            "duration_s": float,
+            "result": str,
+        },
+        pk=("study", "number"),
+    )
+    db["trials"].create_index(["study", "candidate_key"])
+    db["measurements"].create(
+        {
+            "study": str,
+            "trial": int,
+            "name": str,
+            "unit": str,
+            "condition": str,
+            "median": float,
+            "mad": float,
+            "samples": str,
+        },
+        pk=("study", "trial", "name"),
+    )
+    db["failures"].create(
+        {
+            "id": int,
+            "host_key": str,
+            "engine": str,
+            "failure_class": str,
+            "feature": str,
+            "implicates": str,
+            "knob_values": str,
+            "evidence": str,
+            "study": str,
+            "trial": int,
+            "learned_at": str,
+        },
+        pk="id",
+    )
+    db["recipes"].create(
+        {"id": int, "study": str, "trial": int, "kind": str, "created_at": str, "yaml": str}, pk="id"
+    )
+
+
+class LearnedFailure(dict[str, Any]):
+    """A failure row: `knob_values` is what a candidate must hold for the failure to apply."""
+
+    @property
+    def knob_values(self) -> dict[str, Scalar]:
+        return json.loads(self["knob_values"])
+
+    def matches(self, candidate: Candidate) -> bool:
+        values = self.knob_values
+        return bool(values) and all(candidate.params.get(k) == v for k, v in values.items())
+
+
+class Store:
+    """One runs.db. Opening it creates and migrates it unless `must_exist` is set."""
+
+    def __init__(self, path: Path | str, *, must_exist: bool = False) -> None:
+        self.path = Path(path)
+        if must_exist and not self.path.exists():
+            raise StoreError(f"no database at {self.path}: run `autotune search` first or pass --db")
+        if not self.path.exists():
+            parent = self.path.parent if str(self.path.parent) else Path(".")
+            if not parent.is_dir():
+                raise StoreError(f"cannot create {self.path}: folder {parent} does not exist")
+        try:
+            self.db = sqlite_utils.Database(self.path)
+            MIGRATIONS.apply(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot use {self.path} as runs.db: {exc}") from exc
+
+    @property
+    def optuna_url(self) -> str:
+        return f"sqlite:///{self.path.resolve()}"
+
+    # ------------------------------------------------------------ hosts and probes
+
+    def save_host(self, host: HostFingerprint) -> str:
+        key = host.key()
+        if not self.db["hosts"].count_where("key = ?", [key]):
+            self.db["hosts"].insert(
+                {"key": key, "hostname": host.hostname, "fingerprint": host.model_dump_json(), "first_seen": utc_now()}
+            )
+        return key
+
+    def save_probe_results(self, host_key: str, results: list[ProbeResult]) -> None:
+        rows = [
+            {
+                "host_key": host_key,
+                "feature": r.feature,
+                "status": r.status,
+                "signature": r.signature,
+                "evidence": r.evidence,
+                "params": json.dumps(r.params, sort_keys=True),
+                "duration_s": r.duration_s,
+                "probed_at": utc_now(),
+            }
+            for r in results
+        ]
+        with self.db.atomic():
+            self.db["probe_results"].upsert_all(rows, pk=("host_key", "feature"))
+
+    def probe_results(self, host_key: str) -> list[ProbeResult]:
+        return [
+            ProbeResult(
+                feature=row["feature"],
+                status=row["status"],
+                evidence=row["evidence"] or "",
+                signature=row["signature"],
+                params=json.loads(row["params"] or "{}"),
+                duration_s=row["duration_s"] or 0.0,
+            )
+            for row in self.db["probe_results"].rows_where("host_key = ?", [host_key], order_by="feature")
+        ]
+
+    # ------------------------------------------------------------ studies and trials
+
+    def save_study(self, name: str, space: SearchSpace, hardware: str, nodes: int, host_key: str) -> None:
+        existing = self.study(name)
+        if existing is not None:
+            if existing["space_name"] != space.name or existing["engine"] != space.engine:
+                raise StoreError(
+                    f"study {name!r} already exists for space {existing['space_name']!r}; "
+                    "pick another --study name"
+                )
+            return
+        self.db["studies"].insert(
+            {
+                "name": name,
+                "space_name": space.name,
+                "engine": space.engine,
+                "hardware": hardware,
+                "nodes": nodes,
+                "host_key": host_key,
+                "space": space.model_dump_json(),
+                "created_at": utc_now(),
+            }
+        )
+
+    def study(self, name: str) -> dict[str, Any] | None:
+        rows = list(self.db["studies"].rows_where("name = ?", [name]))
+        return rows[0] if rows else None
+
+    def studies(self) -> list[dict[str, Any]]:
+        return list(self.db["studies"].rows_where(order_by="created_at"))
+
+    def save_trial(self, result: TrialResult) -> None:
+        row = {
+            "study": result.study,
+            "number": result.number,
+            "candidate_key": result.candidate.key(),
+            "params": json.dumps(result.candidate.params, sort_keys=True),
+            "status": result.status,
+            "reason": result.reason,
+            "failure_class": result.failure.failure_class if result.failure else None,
+            "objective": result.objective,
+            "score": result.score,
+            "started_at": result.started_at,
+            "duration_s": result.duration_s,
+            "result": result.model_dump_json(),
+        }
+        measurements = [
+            {
+                "study": result.study,
+                "trial": result.number,
+                "name": m.name,
+                "unit": m.unit,
+                "condition": m.condition,
+                "median": m.median,
+                "mad": m.mad,
+                "samples": json.dumps(m.samples),
+            }
+            for m in result.measurements
+        ]
+        with self.db.atomic():
+            self.db["trials"].upsert(row, pk=("study", "number"))
+            self.db["measurements"].delete_where("study = ? and trial = ?", [result.study, result.number])
+            if measurements:
+                self.db["measurements"].insert_all(measurements)
+
+    def trials(self, study: str) -> list[TrialResult]:
+        return [
+            TrialResult.model_validate_json(row["result"])
+            for row in self.db["trials"].rows_where("study = ?", [study], order_by="number")
+        ]
+
+    def trial(self, study: str, number: int) -> TrialResult | None:
+        rows = list(self.db["trials"].rows_where("study = ? and number = ?", [study, number]))
+        return TrialResult.model_validate_json(rows[0]["result"]) if rows else None
+
+    def trial_by_candidate(self, study: str, candidate: Candidate) -> TrialResult | None:
+        """The first finished (not skipped) trial of this exact candidate in this study."""
+        rows = self.db["trials"].rows_where(
+            "study = ? and candidate_key = ? and status != 'skipped'",
+            [study, candidate.key()],
+            order_by="number",
+            limit=1,
+        )
+        row = next(iter(rows), None)
+        return TrialResult.model_validate_json(row["result"]) if row else None
+
+    # ------------------------------------------------------------ learned failures
+
+    def add_failure(
+        self,
+        host_key: str,
+        engine: str,
+        failure: FailureInfo,
+        candidate: Candidate,
+        study: str | None = None,
+        trial: int | None = None,
+    ) -> None:
+        values = {k: candidate.params.get(k) for k in failure.implicates}
+        self.db["failures"].insert(
+            {
+                "host_key": host_key,
+                "engine": engine,
+                "failure_class": failure.failure_class,
+                "feature": failure.feature,
+                "implicates": json.dumps(failure.implicates),
+                "knob_values": json.dumps(values, sort_keys=True),
+                "evidence": "\n".join(failure.evidence),
+                "study": study,
+                "trial": trial,
+                "learned_at": utc_now(),
+            }
+        )
+
+    def learned_failures(self, host_key: str, engine: str) -> list[LearnedFailure]:
+        return [
+            LearnedFailure(row)
+            for row in self.db["failures"].rows_where("host_key = ? and engine = ?", [host_key, engine], order_by="id")
+        ]
+
+    # ------------------------------------------------------------ recipes
+
+    def save_recipe(self, study: str, trial: int | None, kind: str, yaml_text: str) -> None:
+        self.db["recipes"].insert(
+            {"study": study, "trial": trial, "kind": kind, "created_at": utc_now(), "yaml": yaml_text}
+        )

@@ -1,0 +1,219 @@
+"""The Optuna study: baseline first, sample, prune before launching, run trials, gate, rank.
+
+Optuna's storage is the same runs.db (RDB storage); the project's own records go through
+store.py. A re-run of the same command finds both and resumes. Infeasible candidates are never
+launched: they are told to Optuna as PRUNED and kept with their reason. A candidate already
+measured in the study is never launched again: its stored score is told instead.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+from pydantic import BaseModel, ConfigDict
+
+from autotune.errors import NoValidCandidate
+from autotune.models import Candidate, Scalar, TrialResult
+from autotune.score import constraint_values, evaluate_gates, rank
+from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
+from autotune.store import Store
+from autotune.trial import TrialContext, run_trial
+
+MAX_IDLE_ASKS = 25
+
+
+class Reporter(Protocol):
+    def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None: ...
+
+    def trial_event(self, text: str) -> None: ...
+
+    def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None: ...
+
+    def trial_skipped(self, result: TrialResult) -> None: ...
+
+
+class SilentReporter:
+    def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
+        pass
+
+    def trial_event(self, text: str) -> None:
+        pass
+
+    def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
+        pass
+
+    def trial_skipped(self, result: TrialResult) -> None:
+        pass
+
+
+class StudyOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    trials: list[TrialResult]
+    ranked: list[TrialResult]
+    baseline: TrialResult | None
+    skipped_reasons: dict[str, int]
+    exhausted: bool = False
+
+    @property
+    def best(self) -> TrialResult | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
+    return {k.name: CategoricalDistribution(k.values) for k in ctx.space.knobs}
+
+
+def outcome_of(store: Store, name: str, exhausted: bool = False) -> StudyOutcome:
+    trials = store.trials(name)
+    base = next((t for t in trials if t.number == 0), None)
+    skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
+    return StudyOutcome(
+        name=name,
+        trials=trials,
+        ranked=rank(trials),
+        baseline=base,
+        skipped_reasons=dict(skipped),
+        exhausted=exhausted,
+    )
+
+
+class Tuner:
+    """Runs one study to `trials` launched trials (resuming what runs.db already holds)."""
+
+    def __init__(
+        self,
+        ctx: TrialContext,
+        store: Store,
+        pruner: Pruner,
+        host_key: str,
+        *,
+        trials: int,
+        seed: int = 0,
+        order: Callable[[list[Candidate]], list[Candidate]] | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.pruner = pruner
+        self.host_key = host_key
+        self.trials = trials
+        self.seed = seed
+        self.order = order
+        self.reporter = reporter or SilentReporter()
+        pruner.add(self._learned_failure)
+
+    def _learned_failure(self, candidate: Candidate) -> str | None:
+        for failure in self.store.learned_failures(self.host_key, self.ctx.space.engine):
+            if failure.matches(candidate):
+                values = ", ".join(f"{k}={v}" for k, v in failure.knob_values.items())
+                where = f" in trial {failure['trial']}" if failure["trial"] is not None else ""
+                return f"learned: {values} failed with {failure['failure_class']}{where}"
+        return None
+
+    def _open(self) -> optuna.Study:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = optuna.samplers.TPESampler(
+            seed=self.seed, n_startup_trials=min(8, max(2, self.trials // 2))
+        )
+        return optuna.create_study(
+            study_name=self.ctx.study,
+            storage=self.store.optuna_url,
+            direction="maximize",
+            sampler=sampler,
+            load_if_exists=True,
+        )
+
+    def _untried_feasible(self) -> list[Candidate]:
+        tried = {t.candidate.key() for t in self.store.trials(self.ctx.study)}
+        fresh = [c for c in enumerate_candidates(self.ctx.space) if c.key() not in tried]
+        return [c for c in fresh if self.pruner.reason(c) is None]
+
+    def _enqueue(self, study: optuna.Study, candidate: Candidate) -> None:
+        params = {k.name: candidate.params.get(k.name, candidate.env.get(k.name)) for k in self.ctx.space.knobs}
+        study.enqueue_trial(params, skip_if_exists=False)
+
+    def run(self) -> StudyOutcome:
+        space = self.ctx.space
+        study = self._open()
+        existing = self.store.trials(self.ctx.study)
+        launched = sum(1 for t in existing if t.status != "skipped")
+        remaining = self._untried_feasible()
+        if not existing:
+            if not remaining and self.pruner.reason(baseline(space)) is not None:
+                raise NoValidCandidate(
+                    f"space {space.name!r}: every candidate is ruled out before launching "
+                    f"(baseline: {self.pruner.reason(baseline(space))})"
+                )
+            self._enqueue(study, baseline(space))
+            for candidate in (self.order(remaining) if self.order else [])[:3]:
+                if candidate.key() != baseline(space).key():
+                    self._enqueue(study, candidate)
+        rng = random.Random(self.seed)
+        idle = 0
+        exhausted = False
+        dists = distributions(self.ctx)
+        while launched < self.trials:
+            if idle >= MAX_IDLE_ASKS:
+                remaining = self._untried_feasible()
+                if not remaining:
+                    exhausted = True
+                    break
+                self._enqueue(study, rng.choice(remaining))
+                idle = 0
+            trial = study.ask(dists)
+            tuned: dict[str, Scalar] = dict(trial.params)
+            candidate = make_candidate(space, tuned)
+            prior = self.store.trial_by_candidate(self.ctx.study, candidate)
+            if prior is not None:
+                self._tell(study, trial, prior)
+                idle += 1
+                continue
+            reason = self.pruner.reason(candidate)
+            if reason is not None:
+                skipped = TrialResult(
+                    study=self.ctx.study, number=trial.number, candidate=candidate, status="skipped", reason=reason
+                )
+                self.store.save_trial(skipped)
+                study.tell(trial, state=TrialState.PRUNED)
+                self.reporter.trial_skipped(skipped)
+                idle += 1
+                continue
+            idle = 0
+            launched += 1
+            self.reporter.trial_started(trial.number, launched, self.trials, candidate)
+            ctx = self.ctx.model_copy(update={"port": free_port()})
+            result = run_trial(ctx, candidate, trial.number, self.reporter.trial_event)
+            base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
+            result = result.model_copy(update={"gates": evaluate_gates(result, base, space.gates)})
+            self.store.save_trial(result)
+            if result.failure and result.failure.implicates:
+                self.store.add_failure(
+                    self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number
+                )
+            self._tell(study, trial, result)
+            ranked = rank(self.store.trials(self.ctx.study))
+            self.reporter.trial_finished(result, ranked[0] if ranked else None)
+        return outcome_of(self.store, self.ctx.study, exhausted)
+
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+        if result.status != "ok" or result.score is None:
+            study.tell(trial, state=TrialState.FAIL)
+            return
+        for gate, value in constraint_values(result).items():
+            trial.set_constraint(gate, value)
+        study.tell(trial, result.score)

@@ -1,0 +1,207 @@
+"""One trial: launch the engine for a candidate, wait healthy, measure, check accuracy, stop.
+
+Failures are data: a start that crashes or hangs, or a server that dies mid-measurement, becomes a
+TrialResult with status "failed", its failure class and the log lines that show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench import throughput
+from autotune.bench.client import OpenAIClient
+from autotune.engines.base import Engine
+from autotune.errors import EngineStartError
+from autotune.launchers.process import ServerProcess
+from autotune.launchers.watchdog import WatchdogLimits
+from autotune.models import (
+    Candidate,
+    FailureInfo,
+    Measurement,
+    ModelSpec,
+    NeedleReport,
+    QevalReport,
+    SearchSpace,
+    TrialResult,
+    utc_now,
+)
+
+
+class TrialContext(BaseModel):
+    """Everything a trial needs besides the candidate."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    study: str
+    space: SearchSpace
+    model: ModelSpec
+    engine: Engine
+    logs_dir: Path
+    port: int = 8470
+    accuracy: bool = True
+    watchdog: WatchdogLimits = WatchdogLimits()
+
+
+Events = Callable[[str], None]
+
+
+def context_tokens(space: SearchSpace, candidate: Candidate) -> int:
+    for name in ("n_ctx", "max_model_len"):
+        value = candidate.params.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return space.model.context_max or 2048
+
+
+def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
+    found = engine.classify(log_text)
+    if found is not None:
+        return found
+    last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
+    return FailureInfo(failure_class=fallback_class, message=message, evidence=last)
+
+
+async def _scrape_counters(engine: Engine, base_url: str) -> dict[str, float]:
+    if not engine.metrics_path:
+        return {}
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            response = await http.get(base_url + engine.metrics_path)
+            return engine.spec_decode_counters(response.text) if response.status_code == 200 else {}
+    except httpx.HTTPError:
+        return {}
+
+
+def acceptance(before: dict[str, float], after: dict[str, float]) -> Measurement | None:
+    drafts = after.get("drafts", 0.0) - before.get("drafts", 0.0)
+    accepted = after.get("accepted", 0.0) - before.get("accepted", 0.0)
+    if drafts <= 0:
+        return None
+    return Measurement.of(
+        "spec_acceptance_length",
+        "tokens",
+        "speculative decoding: 1 + accepted / drafts, from /metrics counter deltas over the decode workloads",
+        [1.0 + accepted / drafts],
+    )
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    measurements: list[Measurement] = []
+    needle: NeedleReport | None = None
+    qeval: QevalReport | None = None
+
+
+async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events: Events) -> Measured:
+    from autotune.bench import needle, qeval
+
+    workload = ctx.space.workload
+    out = Measured()
+    served = ctx.model.served_name or ctx.model.name
+    async with OpenAIClient(
+        base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
+    ) as client:
+        events("warm-up")
+        await throughput.warm_up(client, workload)
+        before = await _scrape_counters(ctx.engine, base_url)
+        for set_name in workload.prompt_sets:
+            events(f"decode ({set_name})")
+            out.measurements += await throughput.measure_decode(client, set_name, workload)
+        spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
+        if spec:
+            out.measurements.append(spec)
+        ctx_tokens = context_tokens(ctx.space, candidate)
+        if workload.prefill_tokens:
+            events("cold prefill")
+            out.measurements += await throughput.measure_prefill(
+                client, workload, needle.filler_prompt_builder(client), ctx_tokens
+            )
+        if any(c > 1 for c in workload.concurrency):
+            events("concurrency")
+            out.measurements += await throughput.measure_concurrency(client, workload)
+        if ctx.accuracy and ctx.space.gates.needle:
+            events("needle")
+            out.needle = await needle.run_needle(client, ctx.space.gates.needle, ctx_tokens)
+        if ctx.accuracy and ctx.space.gates.qeval:
+            events("qeval")
+            out.qeval = await qeval.run_qeval(client, ctx.space.gates.qeval)
+    return out
+
+
+def run_trial(ctx: TrialContext, candidate: Candidate, number: int, events: Events = lambda _: None) -> TrialResult:
+    started = utc_now()
+    t0 = time.monotonic()
+    launch = ctx.engine.render(candidate, ctx.model, ctx.port)
+    log_path = ctx.logs_dir / ctx.study / f"trial-{number:03d}.log"
+    if log_path.exists():
+        log_path.unlink()
+    common = dict(
+        study=ctx.study,
+        number=number,
+        candidate=candidate,
+        launch=launch,
+        engine_version=ctx.engine.version(),
+        started_at=started,
+        log_path=str(log_path),
+    )
+    server = ServerProcess(
+        launch, log_path, startup_timeout_s=ctx.space.workload.startup_timeout_s, limits=ctx.watchdog
+    )
+    events("starting engine")
+    try:
+        with server:
+            events(f"engine up after {server.startup_s:.1f} s")
+            try:
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events))
+            except throughput.MeasurementFailed as exc:
+                log = server.log_text()
+                alive = server.alive()
+                failure = failure_from_log(
+                    ctx.engine, log, "serving_failed" if alive else "crash_during_run", str(exc)
+                )
+                return TrialResult(
+                    status="failed",
+                    reason=failure.message,
+                    failure=failure,
+                    duration_s=time.monotonic() - t0,
+                    selected=ctx.engine.selected(log),
+                    **common,
+                )
+            log = server.log_text()
+            startup = Measurement.of(
+                "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
+            )
+    except EngineStartError as exc:
+        fallback = "startup_timeout" if exc.timed_out else "startup_crash"
+        failure = failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
+        if exc.timed_out and failure.failure_class != "startup_timeout":
+            failure = failure.model_copy(update={"message": f"{exc} — log shows: {failure.message}"})
+        return TrialResult(
+            status="failed",
+            reason=failure.message,
+            failure=failure,
+            duration_s=time.monotonic() - t0,
+            selected=ctx.engine.selected(exc.log_tail),
+            **common,
+        )
+    objective, score = throughput.objective_value(
+        measured.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
+    )
+    return TrialResult(
+        status="ok",
+        selected=ctx.engine.selected(log),
+        measurements=[*measured.measurements, startup],
+        needle=measured.needle,
+        qeval=measured.qeval,
+        objective=round(objective, 4),
+        score=round(score, 4),
+        duration_s=time.monotonic() - t0,
+        **common,
+    )

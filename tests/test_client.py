@@ -1,0 +1,110 @@
+"""The streaming client on scripted SSE streams and a scripted clock: the metric identities."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from autotune.bench.client import OpenAIClient
+
+
+class Clock:
+    """Returns the next scripted time on every call."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = list(times)
+
+    def __call__(self) -> float:
+        return self.times.pop(0)
+
+
+def sse(*events: dict | str) -> bytes:
+    lines = []
+    for event in events:
+        payload = event if isinstance(event, str) else json.dumps(event)
+        lines.append(f"data: {payload}\n\n")
+    return "".join(lines).encode()
+
+
+def chunk(text: str | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
+    choices = [] if text is None and finish is None else [{"delta": {"content": text} if text else {}, "finish_reason": finish}]
+    event: dict = {"choices": choices}
+    if usage:
+        event["usage"] = usage
+    return event
+
+
+def run(client_coro):
+    return asyncio.run(client_coro)
+
+
+def make_client(body: bytes, clock: Clock, tokens: list[int] | None = None, status: int = 200) -> OpenAIClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            return httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
+        if request.url.path == "/extras/tokenize":
+            return httpx.Response(200, json={"tokens": tokens or []})
+        return httpx.Response(404)
+
+    return OpenAIClient(
+        "http://engine", "m", tokenize_path="/extras/tokenize", transport=httpx.MockTransport(handler), clock=clock
+    )
+
+
+def test_usage_count_wins_over_chunk_count():
+    # 3 chunks carry 7 tokens (speculative decoding bundles tokens); usage says 7.
+    body = sse(
+        {"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]},
+        chunk("Hello"),
+        chunk(" big"),
+        chunk(" world", finish="length"),
+        chunk(usage={"prompt_tokens": 11, "completion_tokens": 7}),
+        "[DONE]",
+    )
+    clock = Clock([10.0, 10.5, 10.7, 11.0])  # send, first, second, third chunk
+    result = run(make_client(body, clock).chat([{"role": "user", "content": "x"}], max_tokens=8))
+    assert result.ok
+    assert result.n_out == 7 and result.n_in == 11 and result.n_chunks == 3
+    assert result.ttft_ms == pytest.approx(500.0)
+    assert result.decode_tps == pytest.approx(6 / 0.5)  # (n_out - 1) / (t_last - t_first)
+    assert result.tpot_ms == pytest.approx(1000 * 0.5 / 6)
+    assert result.text == "Hello big world"
+    assert result.finish_reason == "length"
+
+
+def test_role_only_chunk_does_not_start_ttft():
+    body = sse({"choices": [{"delta": {"role": "assistant"}}]}, chunk("a"), chunk("b"), "[DONE]")
+    clock = Clock([0.0, 2.0, 3.0])
+    result = run(make_client(body, clock, tokens=[5, 6]).chat([], max_tokens=4))
+    assert result.ttft_ms == pytest.approx(2000.0)
+
+
+def test_without_usage_tokens_come_from_the_tokenizer_not_chunks():
+    body = sse(chunk("one two"), chunk(" three"), "[DONE]")
+    clock = Clock([0.0, 1.0, 2.0])
+    result = run(make_client(body, clock, tokens=[1, 2, 3, 4, 5]).chat([], max_tokens=8))
+    assert result.n_out == 5
+    assert result.decode_tps == pytest.approx(4.0)
+
+
+def test_stream_without_text_is_a_failed_request():
+    body = sse(chunk(usage={"prompt_tokens": 3, "completion_tokens": 0}), "[DONE]")
+    result = run(make_client(body, Clock([0.0])).chat([], max_tokens=4))
+    assert not result.ok and "no chunk" in (result.error or "")
+
+
+def test_http_error_is_recorded_not_raised():
+    result = run(make_client(b"bad request", Clock([0.0]), status=400).chat([], max_tokens=4))
+    assert not result.ok and result.error.startswith("HTTP 400")
+
+
+def test_connection_error_is_recorded_not_raised():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    client = OpenAIClient("http://engine", "m", transport=httpx.MockTransport(handler), clock=Clock([0.0]))
+    result = run(client.chat([], max_tokens=4))
+    assert not result.ok and "ConnectError" in result.error

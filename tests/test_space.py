@@ -1,0 +1,123 @@
+"""Search-space loading, candidate building and pre-launch pruning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import ConfigError
+from autotune.models import ProbeResult
+from autotune.space import (
+    Pruner,
+    available_spaces,
+    baseline,
+    count_candidates,
+    enumerate_candidates,
+    load_space,
+    make_candidate,
+    probes_check,
+    rules_check,
+)
+
+MINIMAL = """
+name: tiny
+engine: llamacpp
+model: {name: m, path: model.gguf}
+knobs:
+  - {name: type_k, values: [f16, q8_0], default: f16}
+  - {name: flash_attn, values: [false, true], default: false}
+rules:
+  - when: {type_k: [q8_0]}
+    then: {flash_attn: [true]}
+    reason: quantized K needs flash attention here
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "space.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_every_shipped_space_loads():
+    names = available_spaces()
+    assert "llamacpp-gemma3-270m" in names
+    for name in names:
+        space = load_space(name)
+        assert space.name == name
+
+
+def test_baseline_is_engine_defaults(tmp_path):
+    space = load_space(write(tmp_path, MINIMAL))
+    assert baseline(space).params == {"flash_attn": False, "type_k": "f16"}
+
+
+def test_unknown_key_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key 'knobs.0.valuez'"):
+        load_space(write(tmp_path, MINIMAL.replace("values: [f16, q8_0]", "valuez: [f16, q8_0]")))
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    with pytest.raises(ConfigError, match="malformed YAML at line"):
+        load_space(write(tmp_path, "name: x\nknobs: [\n  - a: b\n"))
+
+
+def test_unknown_space_lists_shipped_ones():
+    with pytest.raises(ConfigError, match="shipped spaces: .*llamacpp-gemma3-270m"):
+        load_space("no-such-space")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_space(str(tmp_path / "nope.yaml"))
+
+
+def test_duplicate_knob_values_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="distinct"):
+        load_space(write(tmp_path, MINIMAL.replace("[f16, q8_0]", "[f16, f16]")))
+
+
+def test_rules_prune_with_reason(tmp_path):
+    space = load_space(write(tmp_path, MINIMAL))
+    check = rules_check(space)
+    bad = make_candidate(space, {"type_k": "q8_0", "flash_attn": False})
+    good = make_candidate(space, {"type_k": "q8_0", "flash_attn": True})
+    assert check(bad) == "rule: quantized K needs flash attention here"
+    assert check(good) is None
+    assert count_candidates(space) == 4
+    assert sum(check(c) is None for c in enumerate_candidates(space)) == 3
+
+
+def test_failing_probe_blocks_only_matching_candidates(tmp_path):
+    space = load_space(write(tmp_path, MINIMAL))
+    probe = ProbeResult(feature="type_k=q8_0", status="fails", params={"type_k": "q8_0"}, signature="kv_dtype_unsupported")
+    working = ProbeResult(feature="type_k=f16", status="works", params={"type_k": "f16"})
+    pruner = Pruner([probes_check([probe, working])])
+    reasons = {c.params["type_k"]: pruner.reason(c) for c in enumerate_candidates(space)}
+    assert reasons["f16"] is None
+    assert "probe: type_k=q8_0 fails" in reasons["q8_0"]
+
+
+def test_candidate_key_is_stable_and_order_free(tmp_path):
+    space = load_space(write(tmp_path, MINIMAL))
+    a = make_candidate(space, {"type_k": "q8_0", "flash_attn": True})
+    b = make_candidate(space, {"flash_attn": True, "type_k": "q8_0"})
+    assert a.key() == b.key()
+    assert a.key() != baseline(space).key()
+
+
+def test_env_knobs_go_to_the_environment(tmp_path):
+    text = """
+name: tiny-env
+engine: llamacpp
+model: {name: m, path: model.gguf}
+knobs:
+  - {name: n_threads, values: [1, 2], default: 1}
+  - {name: OMP_NUM_THREADS, kind: env, values: [1, 2], default: null}
+"""
+    space = load_space(write(tmp_path, text))
+    cand = make_candidate(space, {"OMP_NUM_THREADS": 2})
+    assert cand.env == {"OMP_NUM_THREADS": "2"}
+    assert "OMP_NUM_THREADS" not in cand.params
+    assert baseline(space).env == {}

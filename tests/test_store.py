@@ -1,0 +1,99 @@
+"""runs.db: migrations, trial round-trip, learned failures, probe results, bad paths."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from autotune.errors import StoreError
+from autotune.models import Candidate, FailureInfo, HostFingerprint, Measurement, ProbeResult, TrialResult
+from autotune.store import MIGRATIONS, Store
+
+
+def cand(**params) -> Candidate:
+    return Candidate(engine="llamacpp", params=params)
+
+
+def test_migrations_apply_once(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    assert [m.name for m in MIGRATIONS.applied(store.db)] == [m.name for m in MIGRATIONS._migrations]
+    Store(tmp_path / "runs.db")  # reopening applies nothing twice
+    assert len(MIGRATIONS.applied(store.db)) == len(MIGRATIONS._migrations)
+    assert {"trials", "measurements", "failures", "probe_results", "hosts", "studies", "recipes"} <= set(
+        store.db.table_names()
+    )
+
+
+def test_trial_round_trip_with_measurements(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    m = Measurement.of("decode_tps.prose", "tok/s", "1 stream", [50.0, 52.0, 51.0])
+    result = TrialResult(study="s", number=3, candidate=cand(type_k="q8_0"), status="ok", measurements=[m], objective=51.0, score=50.0)
+    store.save_trial(result)
+    assert store.trial("s", 3) == result
+    assert store.trial_by_candidate("s", cand(type_k="q8_0")) == result
+    assert store.trial_by_candidate("s", cand(type_k="f16")) is None
+    row = next(store.db["measurements"].rows)
+    assert row["median"] == 51.0 and row["condition"] == "1 stream"
+
+
+def test_skipped_trials_do_not_count_as_measured(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    store.save_trial(TrialResult(study="s", number=1, candidate=cand(a=1), status="skipped", reason="rule"))
+    assert store.trial_by_candidate("s", cand(a=1)) is None
+
+
+def test_learned_failure_matches_on_implicated_knobs_only(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    failure = FailureInfo(failure_class="kv_dtype_unsupported", message="x", implicates=["type_v", "flash_attn"])
+    store.add_failure("host", "llamacpp", failure, cand(type_v="q4_0", flash_attn=False, n_threads=2), "s", 4)
+    [learned] = store.learned_failures("host", "llamacpp")
+    assert learned.knob_values == {"flash_attn": False, "type_v": "q4_0"}
+    assert learned.matches(cand(type_v="q4_0", flash_attn=False, n_threads=1))
+    assert not learned.matches(cand(type_v="q4_0", flash_attn=True, n_threads=2))
+    assert store.learned_failures("other-host", "llamacpp") == []
+
+
+def test_probe_results_upsert_per_host(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    host = HostFingerprint(hostname="h", engine="llamacpp", engine_version="0.3.36")
+    key = store.save_host(host)
+    assert store.save_host(host) == key
+    first = ProbeResult(feature="f", status="fails", evidence="boom", params={"type_k": "q4_0"})
+    store.save_probe_results(key, [first])
+    store.save_probe_results(key, [first.model_copy(update={"status": "works", "evidence": "ok"})])
+    [stored] = store.probe_results(key)
+    assert stored.status == "works" and stored.params == {"type_k": "q4_0"}
+
+
+def test_fingerprint_ignores_hostname():
+    a = HostFingerprint(hostname="a", engine="vllm", engine_version="0.26.0", compute_capability="sm_90")
+    b = a.model_copy(update={"hostname": "b"})
+    assert a.key() == b.key()
+    assert a.key() != a.model_copy(update={"engine_version": "0.27.0"}).key()
+
+
+def test_missing_folder_is_a_store_error(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(tmp_path / "nope" / "runs.db")
+
+
+def test_must_exist(tmp_path):
+    with pytest.raises(StoreError, match="no database"):
+        Store(tmp_path / "runs.db", must_exist=True)
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_not_a_database_is_a_store_error_and_file_untouched(tmp_path):
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="cannot use"):
+        Store(path)
+    assert path.read_bytes() == before
+
+
+def test_sqlite_file_is_plain_sqlite(tmp_path):
+    Store(tmp_path / "runs.db")
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] >= 1
