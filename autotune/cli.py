@@ -63,6 +63,9 @@ def search(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print each surviving candidate's launch; launch nothing")] = False,
     logs: Annotated[Path, typer.Option("--logs", help="folder for engine logs")] = Path("autotune-logs"),
     seed: Annotated[int, typer.Option("--seed", help="sampler seed")] = 0,
+    confirm_rounds: Annotated[
+        int, typer.Option("--confirm-rounds", min=0, help="re-launch best and baseline alternately this many times (0: off)")
+    ] = 2,
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching."""
     from autotune import search as search_lib
@@ -81,7 +84,9 @@ def search(
     if dry_run:
         report.print_dry_run(console, plan)
         return
-    outcome = search_lib.run(plan, trials=trials, seed=seed, reporter=report.RichReporter(console))
+    outcome = search_lib.run(
+        plan, trials=trials, seed=seed, confirm_rounds=confirm_rounds, reporter=report.RichReporter(console)
+    )
     report.print_outcome(console, plan, outcome)
 
 

@@ -390,6 +390,21 @@ class TrialResult(Record):
         return self.status == "ok" and all(g.passed for g in self.gates)
 
 
+class Confirmation(Record):
+    """Best vs baseline re-launched alternately; `winner` only when the gap beats the noise."""
+
+    study: str
+    best_trial: int
+    baseline_trial: int
+    rounds: int
+    best_samples: list[float]
+    baseline_samples: list[float]
+    ratio: float
+    noise: float
+    winner: bool
+    verdict: str
+
+
 # ---------------------------------------------------------------- probes
 
 

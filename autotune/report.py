@@ -123,6 +123,12 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
+    if outcome.confirmation:
+        c = outcome.confirmation
+        console.print(
+            f"  confirmation: {c.verdict}; best {[round(x, 1) for x in c.best_samples]} vs "
+            f"baseline {[round(x, 1) for x in c.baseline_samples]} tok/s"
+        )
 
 
 def _relative_noise(trial: TrialResult) -> float:

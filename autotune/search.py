@@ -17,12 +17,13 @@ from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreE
 from autotune.hardware import parallel_layout, resolve_hardware
 from autotune.model_files import resolve_model
 from autotune.models import Candidate, DeviceIdentity, HardwareProfile, HostFingerprint, SearchSpace, TrialResult
-from autotune.planner import PlanReport, estimate
+from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.recipe import recipe_from_trial, to_yaml
 from autotune.space import Pruner, enumerate_candidates, load_space, probes_check, rules_check
 from autotune.store import Store
-from autotune.study import Reporter, StudyOutcome, Tuner, outcome_of
+from autotune.confirm import confirm
+from autotune.study import Reporter, StudyOutcome, Tuner, free_port, outcome_of
 from autotune.trial import TrialContext
 
 
@@ -78,12 +79,26 @@ def check_writable(db_path: Path) -> None:
         raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 
-def memory_check(space: SearchSpace, hardware: HardwareProfile, nodes: int):
+def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int):
     def check(candidate: Candidate) -> str | None:
-        est = estimate(space, candidate, hardware, nodes)
-        return None if est.fits else f"memory: {est.reason}"
+        try:
+            parallel_layout(space, candidate, hardware, nodes)
+        except ConfigError as exc:
+            return f"layout: {exc}"
+        return None
 
     return check
+
+
+def with_cluster_parallelism(space: SearchSpace, engine: Engine, hardware: HardwareProfile, nodes: int) -> SearchSpace:
+    """On several nodes a space that leaves TP/PP unset runs tensor parallel over every GPU."""
+    named = {k.name for k in space.knobs} | set(space.fixed)
+    if nodes == 1 or named & {"tensor_parallel_size", "pipeline_parallel_size"}:
+        return space
+    if "tensor_parallel_size" not in engine.knobs:
+        raise ConfigError(f"engine {engine.name!r} cannot run on {nodes} nodes (no tensor parallelism)")
+    fixed = {**space.fixed, "tensor_parallel_size": nodes * max(hardware.gpus_per_node, 1)}
+    return space.model_copy(update={"fixed": fixed})
 
 
 def prepare(
@@ -112,15 +127,22 @@ def prepare(
     device = detect_device()
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
+    space = with_cluster_parallelism(space, engine, profile, node_count)
+    space = space.model_copy(update={"model": model})
+    rules, layout = rules_check(space), layout_check(space, profile, node_count)
     total = 0
     after_rules = 0
-    rules = rules_check(space)
+    first_layout_error = None
     for candidate in enumerate_candidates(space):
         total += 1
         if rules(candidate) is None:
-            parallel_layout(space, candidate, profile, node_count)
-            after_rules += 1
+            problem = layout(candidate)
+            if problem is None:
+                after_rules += 1
+            first_layout_error = first_layout_error or problem
     if after_rules == 0:
+        if first_layout_error:
+            raise ConfigError(first_layout_error.removeprefix("layout: "))
         raise NoValidCandidate(f"space {space.name!r}: the rules rule out all {total} candidates")
     host = fingerprint(device, engine)
     if dry_run:
@@ -129,7 +151,7 @@ def prepare(
         check_writable(db_path)
         store = Store(db_path)
     probes = store.probe_results(host.key()) if store else []
-    pruner = Pruner([rules, probes_check(probes), memory_check(space, profile, node_count)])
+    pruner = Pruner([rules, layout, probes_check(probes), fits_check(space, profile, node_count)])
     name = study or f"{space.name}-{profile.name}-x{node_count}"
     ctx = TrialContext(study=name, space=space, model=model, engine=engine, logs_dir=logs_dir, accuracy=accuracy)
     return SearchPlan(
@@ -161,7 +183,14 @@ def predicted_order(plan: SearchPlan):
     return order
 
 
-def run(plan: SearchPlan, *, trials: int, seed: int = 0, reporter: Reporter | None = None) -> StudyOutcome:
+def run(
+    plan: SearchPlan,
+    *,
+    trials: int,
+    seed: int = 0,
+    confirm_rounds: int = 0,
+    reporter: Reporter | None = None,
+) -> StudyOutcome:
     assert plan.store is not None
     host_key = plan.store.save_host(plan.host)
     plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key)
@@ -175,7 +204,13 @@ def run(plan: SearchPlan, *, trials: int, seed: int = 0, reporter: Reporter | No
         order=predicted_order(plan),
         reporter=reporter,
     )
-    return tuner.run()
+    result = tuner.run()
+    best, base = result.best, result.baseline
+    if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
+        events = reporter.trial_event if reporter else (lambda _: None)
+        plan.store.save_confirmation(confirm(plan.ctx, best, base, confirm_rounds, free_port, events))
+        result = outcome_of(plan.store, plan.study, result.exhausted)
+    return result
 
 
 def pick_study(store: Store, name: str | None) -> str:
@@ -229,10 +264,9 @@ def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_p
     device = detect_device() if (hardware or space.hardware) == "auto" else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
-    rules = rules_check(space)
-    kept = []
-    for candidate in enumerate_candidates(space):
-        if rules(candidate) is None:
-            parallel_layout(space, candidate, profile, node_count)
-            kept.append(candidate)
+    space = with_cluster_parallelism(space, get_engine(space.engine), profile, node_count)
+    rules, layout = rules_check(space), layout_check(space, profile, node_count)
+    kept = [c for c in enumerate_candidates(space) if rules(c) is None and layout(c) is None]
+    if not kept:
+        raise NoValidCandidate(f"space {space.name!r}: no candidate survives the rules and the {node_count}-node layout")
     return plan_candidates(space, kept, profile, node_count)

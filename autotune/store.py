@@ -1,5 +1,6 @@
-"""runs.db through sqlite-utils: hosts, probe results, studies, trials, measurements, learned
-failures, recipes. Optuna keeps its own tables in the same file (RDB storage, `optuna_url`).
+"""runs.db through sqlite-utils: hosts, probe_results, tuning_studies, trial_results,
+measurements, failures (learned), confirmations, recipes. Optuna keeps its own tables (studies,
+trials, ...) in the same file through its RDB storage (`optuna_url`), hence the distinct names.
 
 Schema changes are an append-only list of migrations (`MIGRATIONS`); never edit an applied one.
 """
@@ -17,6 +18,7 @@ from sqlite_utils.migrations import Migrations
 from autotune.errors import StoreError
 from autotune.models import (
     Candidate,
+    Confirmation,
     FailureInfo,
     HostFingerprint,
     ProbeResult,
@@ -47,7 +49,7 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         },
         pk=("host_key", "feature"),
     )
-    db["studies"].create(
+    db["tuning_studies"].create(
         {
             "name": str,
             "space_name": str,
@@ -60,7 +62,7 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         },
         pk="name",
     )
-    db["trials"].create(
+    db["trial_results"].create(
         {
             "study": str,
             "number": int,
@@ -77,7 +79,7 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         },
         pk=("study", "number"),
     )
-    db["trials"].create_index(["study", "candidate_key"])
+    db["trial_results"].create_index(["study", "candidate_key"])
     db["measurements"].create(
         {
             "study": str,
@@ -110,6 +112,11 @@ def m001_initial(db: sqlite_utils.Database) -> None:
     db["recipes"].create(
         {"id": int, "study": str, "trial": int, "kind": str, "created_at": str, "yaml": str}, pk="id"
     )
+
+
+@MIGRATIONS()
+def m002_confirmations(db: sqlite_utils.Database) -> None:
+    db["confirmations"].create({"study": str, "confirmed_at": str, "result": str}, pk="study")
 
 
 class LearnedFailure(dict[str, Any]):
@@ -196,7 +203,7 @@ class Store:
                     "pick another --study name"
                 )
             return
-        self.db["studies"].insert(
+        self.db["tuning_studies"].insert(
             {
                 "name": name,
                 "space_name": space.name,
@@ -210,11 +217,11 @@ class Store:
         )
 
     def study(self, name: str) -> dict[str, Any] | None:
-        rows = list(self.db["studies"].rows_where("name = ?", [name]))
+        rows = list(self.db["tuning_studies"].rows_where("name = ?", [name]))
         return rows[0] if rows else None
 
     def studies(self) -> list[dict[str, Any]]:
-        return list(self.db["studies"].rows_where(order_by="created_at"))
+        return list(self.db["tuning_studies"].rows_where(order_by="created_at"))
 
     def save_trial(self, result: TrialResult) -> None:
         row = {
@@ -245,7 +252,7 @@ class Store:
             for m in result.measurements
         ]
         with self.db.atomic():
-            self.db["trials"].upsert(row, pk=("study", "number"))
+            self.db["trial_results"].upsert(row, pk=("study", "number"))
             self.db["measurements"].delete_where("study = ? and trial = ?", [result.study, result.number])
             if measurements:
                 self.db["measurements"].insert_all(measurements)
@@ -253,16 +260,16 @@ class Store:
     def trials(self, study: str) -> list[TrialResult]:
         return [
             TrialResult.model_validate_json(row["result"])
-            for row in self.db["trials"].rows_where("study = ?", [study], order_by="number")
+            for row in self.db["trial_results"].rows_where("study = ?", [study], order_by="number")
         ]
 
     def trial(self, study: str, number: int) -> TrialResult | None:
-        rows = list(self.db["trials"].rows_where("study = ? and number = ?", [study, number]))
+        rows = list(self.db["trial_results"].rows_where("study = ? and number = ?", [study, number]))
         return TrialResult.model_validate_json(rows[0]["result"]) if rows else None
 
     def trial_by_candidate(self, study: str, candidate: Candidate) -> TrialResult | None:
         """The first finished (not skipped) trial of this exact candidate in this study."""
-        rows = self.db["trials"].rows_where(
+        rows = self.db["trial_results"].rows_where(
             "study = ? and candidate_key = ? and status != 'skipped'",
             [study, candidate.key()],
             order_by="number",
@@ -303,6 +310,16 @@ class Store:
             LearnedFailure(row)
             for row in self.db["failures"].rows_where("host_key = ? and engine = ?", [host_key, engine], order_by="id")
         ]
+
+    def save_confirmation(self, confirmation: Confirmation) -> None:
+        self.db["confirmations"].upsert(
+            {"study": confirmation.study, "confirmed_at": utc_now(), "result": confirmation.model_dump_json()},
+            pk="study",
+        )
+
+    def confirmation(self, study: str) -> Confirmation | None:
+        rows = list(self.db["confirmations"].rows_where("study = ?", [study]))
+        return Confirmation.model_validate_json(rows[0]["result"]) if rows else None
 
     # ------------------------------------------------------------ recipes
 

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
-from autotune.models import Candidate, Scalar, TrialResult
+from autotune.models import Candidate, Confirmation, Scalar, TrialResult
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import Store
@@ -62,6 +62,7 @@ class StudyOutcome(BaseModel):
     baseline: TrialResult | None
     skipped_reasons: dict[str, int]
     exhausted: bool = False
+    confirmation: Confirmation | None = None
 
     @property
     def best(self) -> TrialResult | None:
@@ -89,6 +90,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False) -> StudyOutcome
         baseline=base,
         skipped_reasons=dict(skipped),
         exhausted=exhausted,
+        confirmation=store.confirmation(name),
     )
 
 

@@ -135,11 +135,17 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
     return out
 
 
-def run_trial(ctx: TrialContext, candidate: Candidate, number: int, events: Events = lambda _: None) -> TrialResult:
+def run_trial(
+    ctx: TrialContext,
+    candidate: Candidate,
+    number: int,
+    events: Events = lambda _: None,
+    log_name: str | None = None,
+) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
     launch = ctx.engine.render(candidate, ctx.model, ctx.port)
-    log_path = ctx.logs_dir / ctx.study / f"trial-{number:03d}.log"
+    log_path = ctx.logs_dir / ctx.study / f"{log_name or f'trial-{number:03d}'}.log"
     if log_path.exists():
         log_path.unlink()
     common = dict(

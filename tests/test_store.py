@@ -20,7 +20,7 @@ def test_migrations_apply_once(tmp_path):
     assert [m.name for m in MIGRATIONS.applied(store.db)] == [m.name for m in MIGRATIONS._migrations]
     Store(tmp_path / "runs.db")  # reopening applies nothing twice
     assert len(MIGRATIONS.applied(store.db)) == len(MIGRATIONS._migrations)
-    assert {"trials", "measurements", "failures", "probe_results", "hosts", "studies", "recipes"} <= set(
+    assert {"trial_results", "measurements", "failures", "probe_results", "hosts", "tuning_studies", "recipes", "confirmations"} <= set(
         store.db.table_names()
     )
 

@@ -1,0 +1,544 @@
+"""vLLM: render a Candidate into `vllm serve` argv + env, read what vLLM says it selected.
+
+Flag names, log lines and metric names were checked against vLLM's source (v0.2x era, the
+`vllm/engine/arg_utils.py` dataclass-driven CLI); `supported_flags()` re-checks the flags against
+the vLLM that is actually installed, because every one of them is version-dependent.
+
+Launch form: `python -m vllm.entrypoints.cli.main serve MODEL ...`. It is what the `vllm` console
+script runs, and it works where vLLM is importable from PYTHONPATH without the script on PATH.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import ClassVar
+
+from autotune.engines.base import Engine
+from autotune.errors import ConfigError, EngineUnavailable
+from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
+
+log = logging.getLogger(__name__)
+
+CLI_MODULE = "vllm.entrypoints.cli.main"
+INSTALL_HINT = "pip install 'autotune[vllm]' (vLLM needs a CUDA GPU and a matching torch)"
+DEFAULT_SEED = 1234
+
+# knob -> option that takes the knob's value. Knob names are vLLM's own option dest names.
+VALUE_FLAGS: dict[str, str] = {
+    "quantization": "--quantization",
+    "dtype": "--dtype",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "attention_backend": "--attention-backend",
+    "moe_backend": "--moe-backend",
+    "linear_backend": "--linear-backend",
+    "max_model_len": "--max-model-len",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
+    "distributed_executor_backend": "--distributed-executor-backend",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "block_size": "--block-size",
+    "load_format": "--load-format",
+}
+
+# Boolean knobs. vLLM builds these with argparse.BooleanOptionalAction, so each has a --no- form:
+# True -> --flag, False -> --no-flag, None -> left out.
+BOOL_FLAGS: dict[str, str] = {
+    "enforce_eager": "--enforce-eager",
+    "enable_chunked_prefill": "--enable-chunked-prefill",
+    "enable_prefix_caching": "--enable-prefix-caching",
+    "async_scheduling": "--async-scheduling",
+    "disable_custom_all_reduce": "--disable-custom-all-reduce",
+    "skip_tokenizer_init": "--skip-tokenizer-init",
+}
+
+# Knobs rendered together into one JSON option.
+SPEC_KNOBS = frozenset(
+    {"spec_method", "draft_k", "spec_model", "spec_prompt_lookup_max", "spec_prompt_lookup_min"}
+)
+COMPILATION_KNOBS = frozenset({"cudagraph_mode"})
+OTHER_KNOBS = frozenset({"seed"})
+
+NGRAM_METHODS = frozenset({"ngram", "ngram_gpu"})
+# vLLM's own ngram default is min = max = 5 ("arbitrarily chosen" in its source). 4/2 matches the
+# docs' ngram example (lookup up to 4 tokens) and also proposes on shorter 2-token matches.
+NGRAM_LOOKUP_MAX = 4
+NGRAM_LOOKUP_MIN = 2
+
+# Env vars vLLM removed; setting them does nothing but warn, so they are refused with the fix.
+REMOVED_ENV: dict[str, str] = {
+    "VLLM_ATTENTION_BACKEND": "removed from vLLM (Jan 2026); use the attention_backend knob (--attention-backend)",
+    "VLLM_USE_V1": "removed from vLLM; the V1 engine is the only engine",
+}
+
+_OPTION = re.compile(r"^--?[A-Za-z][\w.-]*$")
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    knobs: ClassVar[frozenset[str]] = (
+        frozenset(VALUE_FLAGS) | frozenset(BOOL_FLAGS) | SPEC_KNOBS | COMPILATION_KNOBS | OTHER_KNOBS
+    )
+    health_path = "/health"
+    metrics_path = "/metrics"
+    tokenize_path: ClassVar[str] = "/tokenize"
+
+    def __init__(self, python: str | None = None) -> None:
+        #: the interpreter that runs vLLM (default: this one)
+        self.python = python or sys.executable
+
+    # ------------------------------------------------------------------ availability
+
+    def version(self) -> str | None:
+        return _version_in(self.python)
+
+    def check_available(self) -> None:
+        if self.version() is None:
+            raise EngineUnavailable(f"vLLM is not installed for {self.python}; install it with: {INSTALL_HINT}")
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
+        if candidate.engine != self.name:
+            raise ConfigError(f"candidate is for engine {candidate.engine!r}, not {self.name!r}")
+        argv = [self.python, "-m", CLI_MODULE, "serve", model_source(model)]
+        argv += ["--served-model-name", model.served_name or model.name, "--host", host, "--port", str(port)]
+        argv += ["--enable-prompt-tokens-details"]
+        argv += option_args(candidate.params)
+        env = checked_env(candidate.env)
+        node = NodeLaunch(argv=argv, env=env)
+        return LaunchSpec(engine=self.name, nodes=[node], port=port, health_path=self.health_path)
+
+    def validate_space(self, space: SearchSpace) -> None:
+        """Knob names (base class), then: every value of every knob renders, no removed env var is set."""
+        super().validate_space(space)
+        checked_env(space.env)
+        for knob in space.knobs:
+            if knob.kind == "env":
+                checked_env({knob.name: "1"})
+                continue
+            for value in knob.values:
+                option_args({**space.fixed, knob.name: value})
+
+    # ------------------------------------------------------------------ reading logs and metrics
+
+    def selected(self, log_text: str) -> dict[str, str]:
+        return parse_selected(log_text)
+
+    def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
+        """The base class's names (drafts, draft_tokens, accepted, accepted_pos<i>) from /metrics."""
+        names = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens", "num_accepted_tokens": "accepted"}
+        return {
+            names.get(key, key.replace("num_accepted_tokens_pos", "accepted_pos")): value
+            for key, value in parse_spec_metrics(metrics_text).items()
+        }
+
+
+# ---------------------------------------------------------------------- argv pieces
+
+
+def model_source(model: ModelSpec) -> str:
+    """What `vllm serve` loads: a Hugging Face checkpoint directory (or hub id)."""
+    if not model.path:
+        raise ConfigError(
+            f"model {model.name!r} has no `path`; vLLM serves a Hugging Face checkpoint directory "
+            "(set model.path or pass --model DIR)"
+        )
+    if model.path.endswith(".gguf"):
+        raise ConfigError(
+            f"{model.path} is a GGUF file; vLLM 0.2x serves GGUF only through an out-of-tree plugin. "
+            "Convert it to a Hugging Face directory first (scripts/gpu/convert_gemma_gguf.py)"
+        )
+    return model.path
+
+
+def option_args(params: Mapping[str, Scalar]) -> list[str]:
+    """The option part of the argv for these knob values, in a fixed order (None = left out)."""
+    unknown = sorted(set(params) - VllmEngine.knobs)
+    if unknown:
+        raise ConfigError(
+            f"engine 'vllm' has no knob {', '.join(map(repr, unknown))}; "
+            f"known knobs: {', '.join(sorted(VllmEngine.knobs))}"
+        )
+    seed = params.get("seed")
+    args = ["--seed", str(DEFAULT_SEED if seed is None else _int("seed", seed))]
+    for knob, flag in VALUE_FLAGS.items():
+        value = params.get(knob)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            raise ConfigError(f"knob {knob} takes a value for {flag}, got the boolean {value}")
+        args += [flag, str(value)]
+    for knob, flag in BOOL_FLAGS.items():
+        value = params.get(knob)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise ConfigError(f"knob {knob} is a switch ({flag}); use true, false or null, got {value!r}")
+        args.append(flag if value else "--no-" + flag.removeprefix("--"))
+    spec = speculative_config(params)
+    if spec is not None:
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if params.get("cudagraph_mode") is not None:
+        mode = str(params["cudagraph_mode"]).upper()
+        args += ["--compilation-config", json.dumps({"cudagraph_mode": mode}, separators=(",", ":"))]
+    return args
+
+
+def speculative_config(params: Mapping[str, Scalar]) -> dict[str, Scalar] | None:
+    """`--speculative-config` JSON from spec_method + draft_k; None when draft_k is 0 or unset."""
+    draft_k = params.get("draft_k")
+    if draft_k is None or _int("draft_k", draft_k) == 0:
+        return None
+    k = _int("draft_k", draft_k)
+    if k < 0:
+        raise ConfigError(f"draft_k must be >= 0, got {k}")
+    method = params.get("spec_method")
+    if method is None:
+        raise ConfigError("draft_k > 0 needs spec_method (e.g. ngram, eagle3, mtp, draft_model)")
+    config: dict[str, Scalar] = {"method": str(method), "num_speculative_tokens": k}
+    if params.get("spec_model") is not None:
+        config["model"] = str(params["spec_model"])
+    lookup_max = params.get("spec_prompt_lookup_max")
+    lookup_min = params.get("spec_prompt_lookup_min")
+    if method in NGRAM_METHODS:
+        lookup_max = NGRAM_LOOKUP_MAX if lookup_max is None else _int("spec_prompt_lookup_max", lookup_max)
+        if lookup_min is None:
+            lookup_min = min(NGRAM_LOOKUP_MIN, lookup_max)
+        else:
+            lookup_min = _int("spec_prompt_lookup_min", lookup_min)
+        if lookup_min > lookup_max:
+            raise ConfigError(f"spec_prompt_lookup_min {lookup_min} > spec_prompt_lookup_max {lookup_max}")
+    if lookup_max is not None:
+        config["prompt_lookup_max"] = lookup_max
+    if lookup_min is not None:
+        config["prompt_lookup_min"] = lookup_min
+    return config
+
+
+def _int(knob: str, value: Scalar) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"knob {knob} needs an integer, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"knob {knob} needs an integer, got {value!r}") from None
+    if number != int(number):
+        raise ConfigError(f"knob {knob} needs an integer, got {value!r}")
+    return int(number)
+
+
+def option_names(argv: Iterable[str]) -> list[str]:
+    """The option names in an argv (values such as JSON or numbers are skipped)."""
+    return [a.split("=", 1)[0] for a in argv if _OPTION.match(a.split("=", 1)[0])]
+
+
+# ---------------------------------------------------------------------- environment
+
+
+def checked_env(env: Mapping[str, str], known: set[str] | None = None) -> dict[str, str]:
+    """Pass env vars through, refusing removed VLLM_* names (and, with `known`, unknown ones)."""
+    for name in env:
+        if name in REMOVED_ENV:
+            raise ConfigError(f"env {name}: {REMOVED_ENV[name]}")
+        if known is not None and name.startswith("VLLM_") and name not in known:
+            raise ConfigError(
+                f"env {name} is not a vLLM environment variable in this vLLM version "
+                "(vLLM would only warn 'Unknown vLLM environment variable detected'); remove it"
+            )
+    return {str(k): str(v) for k, v in env.items()}
+
+
+_ENV_SCRIPT = (
+    "import json, vllm.envs as e\n"
+    "names = getattr(e, 'environment_variables', None)\n"
+    "names = sorted(names) if names is not None else sorted(n for n in dir(e) if n.isupper())\n"
+    "print('AUTOTUNE_ENV ' + json.dumps(names))\n"
+)
+_env_cache: dict[tuple[str, str | None], frozenset[str]] = {}
+
+
+def known_env_vars(python: str = sys.executable) -> frozenset[str]:
+    """Every env var the installed vLLM reads (`vllm.envs.environment_variables`), cached per version."""
+    key = (python, _version_in(python))
+    if key[1] is None:
+        raise EngineUnavailable(f"vLLM is not installed for {python}; install it with: {INSTALL_HINT}")
+    if key not in _env_cache:
+        out = _run([python, "-c", _ENV_SCRIPT], timeout_s=120, what="list vLLM's environment variables")
+        line = next((ln for ln in out.splitlines() if ln.startswith("AUTOTUNE_ENV ")), None)
+        if line is None:
+            raise EngineUnavailable(f"could not list vLLM's environment variables; output: {out[-500:]}")
+        _env_cache[key] = frozenset(json.loads(line.removeprefix("AUTOTUNE_ENV ")))
+    return _env_cache[key]
+
+
+# ---------------------------------------------------------------------- flag check against the install
+
+_flags_cache: dict[tuple[str, str | None], frozenset[str]] = {}
+
+
+def parse_help_options(help_text: str) -> frozenset[str]:
+    """Option strings from argparse help (`serve --help=all`): lines indented two spaces that start
+    with '-'; each comma-separated invocation contributes its first word."""
+    options: set[str] = set()
+    for line in help_text.splitlines():
+        if not line.startswith("  -") or line.startswith("   "):
+            continue
+        invocation = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        for part in invocation.split(", "):
+            word = part.split(" ", 1)[0].split("=", 1)[0]
+            if _OPTION.match(word):
+                options.add(word)
+    return frozenset(options)
+
+
+def supported_flags(python: str = sys.executable) -> frozenset[str]:
+    """The options `vllm serve` accepts in the vLLM installed for `python`, cached per version."""
+    version = _version_in(python)
+    if version is None:
+        raise EngineUnavailable(f"vLLM is not installed for {python}; install it with: {INSTALL_HINT}")
+    key = (python, version)
+    if key not in _flags_cache:
+        argv = [python, "-m", CLI_MODULE, "serve", "--help=all"]
+        text = _run(argv, timeout_s=240, what="read `vllm serve --help=all`")
+        flags = parse_help_options(text)
+        if "--port" not in flags or "--max-model-len" not in flags:
+            raise EngineUnavailable(f"`vllm serve --help=all` did not list the usual options; output: {text[-800:]}")
+        _flags_cache[key] = flags
+    return _flags_cache[key]
+
+
+def required_flags(space: SearchSpace) -> dict[str, str]:
+    """option -> knob that needs it, for every value of every arg knob (plus the fixed ones)."""
+    needed: dict[str, str] = {}
+    base = dict(space.fixed)
+    for flag in option_names(["--served-model-name", "--host", "--port", "--enable-prompt-tokens-details"]):
+        needed[flag] = "(always rendered)"
+    for flag in option_names(option_args(base)):
+        needed.setdefault(flag, "(fixed)")
+    for knob in space.knobs:
+        if knob.kind != "arg":
+            continue
+        for value in knob.values:
+            for flag in option_names(option_args({**base, knob.name: value})):
+                needed.setdefault(flag, knob.name)
+    return needed
+
+
+def check_space_flags(space: SearchSpace, python: str = sys.executable) -> None:
+    """Refuse a space that needs an option (or VLLM_* env var) this vLLM version does not have."""
+    supported = supported_flags(python)
+    missing = {flag: knob for flag, knob in required_flags(space).items() if flag not in supported}
+    if missing:
+        version = _version_in(python)
+        listed = "; ".join(f"{flag} (knob {knob})" for flag, knob in sorted(missing.items()))
+        raise ConfigError(f"vLLM {version} has no option {listed}; drop those knob values or use another vLLM")
+    env_names = set(space.env) | {k.name for k in space.knobs if k.kind == "env"}
+    if any(n.startswith("VLLM_") for n in env_names):
+        try:
+            known = set(known_env_vars(python))
+        except EngineUnavailable as exc:  # the flags were checked; an unlisted env var only warns in vLLM
+            log.warning("VLLM_* env names not checked: %s", exc)
+            return
+        checked_env(dict.fromkeys(env_names, ""), known=known)
+
+
+def _version_in(python: str) -> str | None:
+    if python == sys.executable:
+        try:
+            return importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    try:
+        out = subprocess.run(
+            [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def _run(argv: list[str], timeout_s: float, what: str) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise EngineUnavailable(f"could not {what}: no answer after {timeout_s:.0f} s") from None
+    except OSError as exc:
+        raise EngineUnavailable(f"could not {what}: {exc}") from None
+    if out.returncode != 0:
+        raise EngineUnavailable(f"could not {what} (exit {out.returncode}): {(out.stderr or out.stdout)[-800:]}")
+    return out.stdout
+
+
+# ---------------------------------------------------------------------- what vLLM selected
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_DRAFTER_MARKER = "Loading drafter model"
+
+# Each pattern: key -> regex with one group, first match wins (vLLM logs most of these once).
+_LINE_PATTERNS: dict[str, re.Pattern[str]] = {
+    "engine_version": re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|vLLM API server version (\S+)"),
+    "flash_attn_version": re.compile(r"Using FlashAttention version (\d+)"),
+    "max_model_len": re.compile(r"Using max model len (\d+)"),
+    "max_num_batched_tokens": re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
+    "async_scheduling": re.compile(r"Asynchronous scheduling is (enabled|disabled)"),
+    "model_weights_gib": re.compile(r"Model loading took ([\d.]+) ?GiB"),
+    "kv_cache_memory_gib": re.compile(r"Available KV cache memory: ([\d.]+) ?GiB"),
+    "kv_cache_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "cuda_graph_gib": re.compile(r"Graph capturing finished in \d+ secs?, took ([-\d.]+) GiB"),
+}
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+# Auto selection, then an explicitly requested backend ("Using AttentionBackendEnum.X backend."),
+# then the pre-selector V1 wording ("Using Flash Attention backend on V1 engine.").
+_ATTENTION = (
+    re.compile(r"Using (\w+) attention backend out of potential backends"),
+    re.compile(r"Using (?:AttentionBackendEnum|_Backend)\.(\w+) backend\b"),
+    re.compile(r"Using (\w+) backend \(selected via --attention-backend\)"),
+    re.compile(r"Using ([\w ]+?) backend on V1 engine"),
+)
+_MOE = re.compile(r"Using '?([\w ]+?)'? (\w+) MoE backend(?: out of potential backends|\.)")
+_LINEAR = (
+    re.compile(r"Selected (\w+) for \S+"),
+    re.compile(r"Using (\w+) for (?:NVFP4 GEMM|MXFP8 GEMM|MXFP4 GEMM|mixed-precision linear)"),
+)
+_INIT_LINE = re.compile(r"Initializing a V1 LLM engine .*? with config: (.*)")
+_INIT_FIELDS: dict[str, re.Pattern[str]] = {
+    "kv_cache_dtype": re.compile(r"\bkv_cache_dtype=([\w.]+)"),
+    "dtype": re.compile(r"\bdtype=(?:torch\.)?(\w+)"),
+    "quantization": re.compile(r"\bquantization=([\w-]+)"),
+    "enforce_eager": re.compile(r"\benforce_eager=(True|False)"),
+    "tensor_parallel_size": re.compile(r"\btensor_parallel_size=(\d+)"),
+    "pipeline_parallel_size": re.compile(r"\bpipeline_parallel_size=(\d+)"),
+    "max_seq_len": re.compile(r"\bmax_seq_len=(\d+)"),
+    "speculative_config": re.compile(r"\bspeculative_config=(None|SpeculativeConfig\([^)]*\))"),
+    "cudagraph_mode": re.compile(r"['\"]?cudagraph_mode['\"]?\s*[:=]\s*[<'\"]?(?:CUDAGraphMode\.)?([A-Z_]+)"),
+}
+
+
+def parse_selected(log_text: str) -> dict[str, str]:
+    """What vLLM reports it actually used, from its startup log (keys absent when not logged)."""
+    text = _ANSI.sub("", log_text)
+    main_part, _, drafter_part = text.partition(_DRAFTER_MARKER)
+    found: dict[str, str] = {}
+
+    init = _INIT_LINE.search(text)
+    if init:
+        for key, pattern in _INIT_FIELDS.items():
+            m = pattern.search(init.group(1))
+            if m:
+                found[key] = m.group(1)
+        if "max_seq_len" in found:
+            found.setdefault("max_model_len", found.pop("max_seq_len"))
+    for key, pattern in _LINE_PATTERNS.items():
+        m = pattern.search(text)
+        if m:
+            found[key] = next(g for g in m.groups() if g is not None).replace(",", "")
+    m = _CONCURRENCY.search(text)
+    if m:
+        found["max_concurrency"] = m.group(2)
+        found["max_concurrency_at_tokens"] = m.group(1).replace(",", "")
+    for key, part in (("attention_backend", main_part), ("drafter_attention_backend", drafter_part)):
+        for pattern in _ATTENTION:
+            m = pattern.search(part)
+            if m:
+                found[key] = m.group(1).strip()
+                break
+    m = _MOE.search(text)
+    if m:
+        found["moe_backend"] = m.group(1).strip()
+        found["moe_quant"] = m.group(2)
+    kernels: list[str] = []
+    for pattern in _LINEAR:
+        for km in pattern.finditer(text):
+            if km.group(1) not in kernels:
+                kernels.append(km.group(1))
+    if kernels:
+        found["linear_kernels"] = ", ".join(kernels)
+    if "Cudagraph is disabled under eager mode" in text:
+        found["cudagraph_mode"] = "NONE"
+    return found
+
+
+# ---------------------------------------------------------------------- spec-decode counters
+
+SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+_METRIC_LINE = re.compile(r"^(vllm:spec_decode_(\w+?))(?:_total)?(\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
+_POSITION = re.compile(r'position="(\d+)"')
+
+
+def parse_spec_metrics(text: str) -> dict[str, float]:
+    """Spec-decode counters from Prometheus text, summed over label sets (engines, models).
+
+    Keys: num_drafts, num_draft_tokens, num_accepted_tokens, and num_accepted_tokens_pos<i>
+    per draft position. Counters may or may not carry the `_total` suffix; `_created` samples
+    (the counter's creation time) are ignored.
+    """
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode_"):
+            continue
+        m = _METRIC_LINE.match(line.strip())
+        if not m:
+            continue
+        base, labels, raw = m.group(2), m.group(3) or "", m.group(4)
+        if base.endswith("_created"):
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if base == "num_accepted_tokens_per_pos":
+            pos = _POSITION.search(labels)
+            if not pos:
+                continue
+            key = f"num_accepted_tokens_pos{pos.group(1)}"
+        elif base in SPEC_COUNTERS:
+            key = base
+        else:
+            continue
+        totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+def acceptance_length(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Mean tokens per draft step: 1 + Δaccepted / Δdrafts; None when no draft was made."""
+    if "num_drafts" not in after or "num_accepted_tokens" not in after:
+        return None
+    drafts = after["num_drafts"] - before.get("num_drafts", 0.0)
+    if drafts <= 0:
+        return None
+    return 1.0 + (after["num_accepted_tokens"] - before.get("num_accepted_tokens", 0.0)) / drafts
+
+
+def acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Accepted share of the drafted tokens: Δaccepted / Δdraft_tokens; None when none was drafted."""
+    if "num_draft_tokens" not in after or "num_accepted_tokens" not in after:
+        return None
+    drafted = after["num_draft_tokens"] - before.get("num_draft_tokens", 0.0)
+    if drafted <= 0:
+        return None
+    return (after["num_accepted_tokens"] - before.get("num_accepted_tokens", 0.0)) / drafted
+
+
+def read_model_config(model_dir: str | Path) -> dict:
+    """config.json of a Hugging Face checkpoint directory (the text part for multimodal configs)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist; vLLM needs a Hugging Face checkpoint directory") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    return config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config

@@ -1,0 +1,937 @@
+"""Memory fit and roofline estimates per candidate, before anything is launched.
+
+Memory per GPU (= per node on one-GPU boxes such as the Spark):
+    weights / (TP x PP)  +  KV cache for one full-context sequence  +  overhead
+must fit in the usable memory (GPU memory minus the OS reserve on unified memory) and, for vLLM,
+in what the engine grabs (gpu_memory_utilization x GPU memory); what vLLM grabs beyond the
+weights and overhead becomes its KV pool, reported in tokens.
+
+Decode (one stream):
+    step time = (active weight bytes / TP + KV bytes read at the mean context) / bandwidth
+                / decode_efficiency  +  TP all-reduce time
+    tok/s     = acceptance length / (step time x drafting cost)
+Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
+
+Efficiencies are fitted from published measurements (`calibrate`, hardware_profiles.yaml).
+A fact the estimate needs and does not have makes its term "unknown" (listed in the estimate),
+never zero: a memory total without it is a lower bound, a decode figure an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from rich.table import Table
+
+from autotune.errors import ConfigError
+from autotune.hardware import (
+    PlannerFacts,
+    calibration_points,
+    get_profile,
+    parallel_layout,
+    planner_facts,
+)
+from autotune.models import Candidate, HardwareProfile, ModelSpec, Scalar, SearchSpace
+
+GB = 1e9
+
+# Bits per weight in memory for --quantization values. Applied to every parameter (embeddings
+# and norms that stay 16-bit are ignored). Block formats carry their scales:
+QUANT_BITS: dict[str, float] = {
+    "fp8": 8.0,
+    "fbgemm_fp8": 8.0,
+    "ptpc_fp8": 8.0,
+    "modelopt": 8.0,  # ModelOpt FP8
+    "modelopt_fp4": 4.5,  # NVFP4: e2m1 + one fp8 scale per 16 values
+    "nvfp4": 4.5,
+    "mxfp4": 4.25,  # e2m1 + one e8m0 scale per 32 values
+    "modelopt_mxfp8": 8.25,  # e4m3 + one e8m0 scale per 32
+    "mxfp8": 8.25,
+    "awq": 4.16,  # 4-bit + fp16 scale and packed 4-bit zero per group of 128
+    "awq_marlin": 4.16,
+    "gptq": 4.16,
+    "gptq_marlin": 4.16,
+    "bitsandbytes": 4.13,  # nf4, blocks of 64 with double-quantized absmax
+    "experts_int8": 8.0,
+}
+# Weight-only formats: the checkpoint (or the space's stated bpw) decides the size.
+CHECKPOINT_FORMATS = {"exl3", "gguf", "compressed-tensors"}
+
+# Which tensor-core precision prefill runs in, per --quantization. Weight-only formats and
+# Marlin kernels dequantize to bf16 (W4A16 / W8A16).
+COMPUTE_PRECISION: dict[str, str] = {
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "ptpc_fp8": "fp8",
+    "modelopt": "fp8",
+    "modelopt_mxfp8": "fp8",
+    "mxfp8": "fp8",
+    "modelopt_fp4": "fp4",
+    "nvfp4": "fp4",
+}
+
+# KV bytes per element. vLLM --kv-cache-dtype (capabilities.md §2.2); "auto" = the model dtype.
+VLLM_KV_BYTES: dict[str, float] = {
+    "float16": 2.0,
+    "bfloat16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "fp8_inc": 1.0,
+    "fp8_ds_mla": 1.0,  # scales and the bf16 rope part ignored
+    "nvfp4": 0.5625,  # e2m1 + one fp8 scale per 16
+    "turboquant_k8v4": 0.75,  # 8-bit K, 4-bit V
+    "turboquant_4bit_nc": 0.5,
+    "turboquant_k3v4_nc": 0.4375,
+    "turboquant_3bit_nc": 0.375,
+    "int8_per_token_head": 1.0,
+    "fp8_per_token_head": 1.0,
+    "int4_per_token_head": 0.5,
+    "int2_per_token_head": 0.25,
+}
+# llama.cpp --cache-type-k / -v: ggml block sizes (q8_0 = 34 bytes per 32 values, ...).
+LLAMACPP_KV_BYTES: dict[str, float] = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
+# ExLlamaV3/TabbyAPI `cache_mode` (used by EXL3 forks; not a vLLM dtype). Assumed: the stated
+# bits plus one 16-bit scale per 32 values.
+CACHE_MODE_BYTES: dict[str, float] = {"fp16": 2.0, "q8": 8.5 / 8, "q6": 6.5 / 8, "q4": 4.5 / 8}
+
+# Overhead per GPU: stated, not fitted.
+VLLM_FIXED_GB = 1.5  # CUDA context, torch/NCCL buffers, sampler
+VLLM_CUDA_GRAPHS_GB = 0.5  # graph pools; 0 with enforce_eager
+LLAMACPP_FIXED_GB = 0.25  # context + scratch
+ACTIVATION_WIDTHS = 16  # hidden-size-wide bf16 buffers alive per batched token at the peak
+ACTIVATION_FRACTION = 0.03  # of weights per GPU, when hidden_size is unknown
+VLLM_DEFAULT_BATCHED_TOKENS = 8192
+LLAMACPP_DEFAULT_UBATCH = 512
+VLLM_DEFAULT_GMU = 0.9
+
+# Decode context: our prose/structured prompts are short; the mean context of a decode step is
+# the prompt plus half the generated tokens.
+DECODE_PROMPT_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class DraftPrior:
+    """Speculative decoding prior: acceptance length L(k) = 1 + sum(p^i, i=1..k); one step costs
+    (1 + fixed + per_token x k) target steps. The study measures the real acceptance."""
+
+    accept: float
+    fixed: float
+    per_token: float
+    source: str
+
+
+SPEC_PRIORS: dict[str, DraftPrior] = {
+    "ngram": DraftPrior(0.3, 0.0, 0.0, "prior: prompt-lookup hits depend on the text, low on prose"),
+    "ngram_gpu": DraftPrior(0.3, 0.0, 0.0, "prior, as ngram"),
+    "suffix": DraftPrior(0.3, 0.0, 0.0, "prior, as ngram"),
+    "mtp": DraftPrior(
+        0.83, 0.0, 0.03,
+        "Qwen3.8-Flash-Next MTP k=2: mean acceptance 2.54 of 3 (vcruz305/vllm-exl3 README); "
+        "cost: one extra decoder layer per drafted token",
+    ),
+    "eagle": DraftPrior(0.6, 0.0, 0.03, "prior: one-layer draft head per drafted token"),
+    "eagle3": DraftPrior(0.6, 0.0, 0.03, "prior: one-layer draft head per drafted token"),
+    "dspark": DraftPrior(
+        0.63, 0.05, 0.0,
+        "MiniMax-M3 DSpark k=8: 21% draft acceptance = 1.68 accepted per step = sum(p^i, i<=8) at "
+        "p=0.63 (mpfaffenberger/MiniMax-M3-NVFP4-DSpark-vLLM-4x-DGX-Spark README); cost: one "
+        "parallel block-drafter pass",
+    ),
+    "dflash": DraftPrior(0.63, 0.05, 0.0, "as dspark (same block-drafter family)"),
+    "draft_model": DraftPrior(0.7, 0.0, 0.1, "prior: a ~10x smaller model per drafted token"),
+    "medusa": DraftPrior(0.5, 0.02, 0.0, "prior: parallel heads"),
+}
+
+
+# ---------------------------------------------------------------- records
+
+
+class PlanEstimate(BaseModel):
+    """What the planner predicts for one candidate. Memory in GB (1e9 bytes) per GPU, which is per
+    node on one-GPU boxes. TODO(lead): move to models.py."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidate_key: str
+    label: str
+    tp: int
+    pp: int
+    weights_gb: float | None
+    kv_gb: float | None
+    overhead_gb: float
+    total_gb: float
+    usable_gb: float
+    engine_budget_gb: float | None = None
+    kv_pool_tokens: int | None = None
+    fits: bool
+    reason: str | None = None
+    decode_tps: float | None = None
+    prefill_tps: float | None = None
+    spec_gain: float | None = None
+    unknown: list[str] = []
+    assumptions: list[str] = []
+
+    def predicted(self) -> dict[str, float]:
+        """The numbers a TrialResult keeps under `predicted`."""
+        out = {"memory_gb": self.total_gb}
+        if self.decode_tps is not None:
+            out["decode_tps"] = self.decode_tps
+        if self.prefill_tps is not None:
+            out["prefill_tps"] = self.prefill_tps
+        return out
+
+
+class PlanReport(BaseModel):
+    """Kept candidates by predicted decode (fastest first), dropped ones with reasons.
+    TODO(lead): move to models.py."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    space: str
+    hardware: str
+    nodes: int
+    kept: list[PlanEstimate]
+    dropped: list[PlanEstimate]
+
+
+# ---------------------------------------------------------------- model facts
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """ModelSpec plus what the planner reads from config.json or the checkpoint files."""
+
+    params_total_b: float | None = None
+    params_active_b: float | None = None
+    weight_bits: float | None = None
+    n_layers: int | None = None
+    hidden_size: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_layers: int | None = None
+    context_max: int | None = None
+    n_experts: int | None = None
+    experts_per_tok: int | None = None
+    kv_lora_rank: int | None = None  # MLA: one latent per token and layer
+    qk_rope_head_dim: int | None = None
+    sliding_layers: int = 0
+    sliding_window: int | None = None
+    dtype_bits: float | None = None
+    checkpoint_bytes: int | None = None
+    checkpoint_quant: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.n_experts) or (
+            self.params_active_b is not None
+            and self.params_total_b is not None
+            and self.params_active_b < self.params_total_b
+        )
+
+
+_DTYPE_BITS = {"bfloat16": 16, "float16": 16, "float32": 32, "float8_e4m3fn": 8}
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return None
+
+
+def _facts_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """config.json -> ModelFacts fields (only the ones present)."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    c = {**cfg, **text}
+    out: dict[str, Any] = {
+        "n_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
+        "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),
+        "n_heads": _first(c, "num_attention_heads", "n_head"),
+        "n_kv_heads": _first(c, "num_key_value_heads", "num_kv_heads"),
+        "head_dim": c.get("head_dim"),
+        "n_experts": _first(c, "num_local_experts", "num_experts", "n_routed_experts"),
+        "experts_per_tok": _first(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
+        "kv_lora_rank": c.get("kv_lora_rank"),
+        "qk_rope_head_dim": c.get("qk_rope_head_dim"),
+        "context_max": c.get("max_position_embeddings"),
+    }
+    if out["head_dim"] is None and out["hidden_size"] and out["n_heads"]:
+        out["head_dim"] = out["hidden_size"] // out["n_heads"]
+    dtype = _first(c, "torch_dtype", "dtype")
+    if isinstance(dtype, str) and dtype in _DTYPE_BITS:
+        out["dtype_bits"] = _DTYPE_BITS[dtype]
+    layer_types = c.get("layer_types")
+    if isinstance(layer_types, list) and c.get("sliding_window"):
+        sliding = sum(1 for t in layer_types if "sliding" in str(t))
+        out["kv_layers"] = len(layer_types) - sliding
+        out["sliding_layers"] = sliding
+        out["sliding_window"] = c["sliding_window"]
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method"):
+        out["checkpoint_quant"] = str(quant["quant_method"])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _checkpoint_bytes(path: Path) -> tuple[int | None, str | None]:
+    if path.is_file():
+        return path.stat().st_size, f"file size of {path.name}"
+    shards = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.gguf"))
+    if shards:
+        return sum(p.stat().st_size for p in shards), f"{len(shards)} weight file(s) on disk"
+    return None, None
+
+
+def model_facts(model: ModelSpec) -> ModelFacts:
+    """The space's ModelSpec, overridden by config.json when model.path is a directory that has
+    one; a .gguf file (or a directory of weight files) gives the checkpoint size."""
+    spec_fields = (
+        "params_total_b", "params_active_b", "weight_bits", "n_layers", "hidden_size",
+        "n_heads", "n_kv_heads", "head_dim", "kv_layers", "context_max",
+    )
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in spec_fields:
+        if getattr(model, name) is not None:
+            values[name] = getattr(model, name)
+            sources[name] = "space"
+    if model.path:
+        path = Path(model.path).expanduser()
+        config = path / "config.json"
+        if path.is_dir() and config.is_file():
+            try:
+                cfg = json.loads(config.read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{config}: cannot read model config ({exc})") from exc
+            for name, value in _facts_from_config(cfg).items():
+                values[name] = value
+                sources[name] = "config.json"
+        if path.exists():
+            size, how = _checkpoint_bytes(path)
+            if size:
+                values["checkpoint_bytes"] = size
+                sources["checkpoint_bytes"] = how or "disk"
+    return ModelFacts(**values, sources=sources)
+
+
+# ---------------------------------------------------------------- the estimate
+
+
+@dataclass
+class _Notes:
+    unknown: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    def missing(self, term: str, why: str) -> None:
+        self.unknown.append(f"{term}: unknown ({why})")
+
+    def assume(self, text: str) -> None:
+        if text not in self.assumptions:
+            self.assumptions.append(text)
+
+
+class _Params:
+    """Knob lookup: the candidate's value, else the space's fixed one; None = engine default."""
+
+    def __init__(self, space: SearchSpace, candidate: Candidate) -> None:
+        self.values: dict[str, Scalar] = {**space.fixed, **candidate.params}
+
+    def get(self, name: str) -> Scalar:
+        return self.values.get(name)
+
+    def number(self, name: str) -> float | None:
+        value = self.values.get(name)
+        if value is None or isinstance(value, bool):
+            return None
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        return float(value)
+
+
+def _weight_bytes(facts: ModelFacts, quant: str | None, notes: _Notes) -> float | None:
+    """All weights of the model in memory, in bytes."""
+    params = facts.params_total_b * 1e9 if facts.params_total_b else None
+    same_as_checkpoint = quant is None or quant == facts.checkpoint_quant or quant in CHECKPOINT_FORMATS
+    if same_as_checkpoint and facts.checkpoint_bytes:
+        notes.assume(f"weights: {facts.checkpoint_bytes / GB:.1f} GB from {facts.sources['checkpoint_bytes']}")
+        return float(facts.checkpoint_bytes)
+    if quant in QUANT_BITS and not (quant == facts.checkpoint_quant and facts.weight_bits):
+        bits, how = QUANT_BITS[quant], f"--quantization {quant} = {QUANT_BITS[quant]} bits/weight"
+    elif facts.weight_bits:
+        bits, how = facts.weight_bits, f"checkpoint {facts.weight_bits} bits/weight (space)"
+    elif quant is None and facts.dtype_bits:
+        bits, how = facts.dtype_bits, f"unquantized {facts.dtype_bits:g}-bit checkpoint (config.json)"
+    else:
+        notes.missing("weights", f"no bits per weight for quantization={quant!r} and no checkpoint size")
+        return None
+    if params is None and facts.checkpoint_bytes and facts.dtype_bits and not facts.checkpoint_quant:
+        params = facts.checkpoint_bytes * 8 / facts.dtype_bits
+        notes.assume(f"params = checkpoint size / {facts.dtype_bits:g}-bit dtype = {params / 1e9:.2f}B")
+    if params is None:
+        notes.missing("weights", "params_total_b not given")
+        return None
+    notes.assume(f"weights: {params / 1e9:g}B params x {how}, applied to every parameter")
+    return params * bits / 8
+
+
+def _active_fraction(facts: ModelFacts, notes: _Notes) -> float | None:
+    if facts.params_active_b and facts.params_total_b:
+        if facts.params_active_b < facts.params_total_b:
+            notes.assume(
+                f"decode reads {facts.params_active_b:g}B of {facts.params_total_b:g}B params per token "
+                f"at the average bits/weight"
+            )
+        return min(facts.params_active_b / facts.params_total_b, 1.0)
+    if facts.n_experts:
+        notes.missing("active weights", "MoE model without params_active_b")
+        return None
+    notes.assume("dense: decode reads every weight (no params_active_b or expert count given)")
+    return 1.0
+
+
+def _kv_element_bytes(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> float | None:
+    """Bytes per cached K or V element (K and V averaged where they differ)."""
+    if engine == "llamacpp":
+        types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
+        unknown = [t for t in types if t not in LLAMACPP_KV_BYTES]
+        if unknown:
+            notes.missing("KV cache", f"llama.cpp cache type {unknown[0]!r} not in the table")
+            return None
+        return sum(LLAMACPP_KV_BYTES[str(t)] for t in types) / 2
+    mode = params.get("cache_mode")
+    if mode is not None:
+        key = str(mode).lower()
+        if key not in CACHE_MODE_BYTES:
+            notes.missing("KV cache", f"cache_mode {mode!r} not in the table")
+            return None
+        notes.assume(f"main KV in the fork's cache_mode={mode} ({CACHE_MODE_BYTES[key]:.3f} bytes/value, assumed)")
+        return CACHE_MODE_BYTES[key]
+    dtype = params.get("kv_cache_dtype")
+    if dtype in (None, "auto"):
+        bits = facts.dtype_bits or 16
+        if not facts.dtype_bits:
+            notes.assume("KV dtype auto = the model dtype, assumed 16-bit")
+        return bits / 8
+    if dtype not in VLLM_KV_BYTES:
+        notes.missing("KV cache", f"kv_cache_dtype {dtype!r} not in the table")
+        return None
+    return VLLM_KV_BYTES[str(dtype)]
+
+
+@dataclass(frozen=True)
+class _KvShape:
+    per_token_bytes: float  # one token, all full-attention layers, whole model
+    sliding_token_bytes: float  # one token, all sliding-window layers
+    window: int | None
+    gpu_fraction: float  # share of a layer's KV one GPU holds under TP
+
+
+def _kv_shape(facts: ModelFacts, elem: float, tp: int, notes: _Notes) -> _KvShape | None:
+    layers = facts.kv_layers or facts.n_layers
+    if not layers:
+        notes.missing("KV cache", "n_layers not given")
+        return None
+    if facts.kv_lora_rank:
+        width = facts.kv_lora_rank + (facts.qk_rope_head_dim or 0)
+        notes.assume(f"MLA: one {width}-wide latent per token and layer, replicated on every TP rank")
+        per_layer, fraction = width * elem, 1.0
+    else:
+        if not (facts.n_kv_heads and facts.head_dim):
+            notes.missing("KV cache", "n_kv_heads or head_dim not given")
+            return None
+        per_layer = 2 * facts.n_kv_heads * facts.head_dim * elem
+        fraction = max(facts.n_kv_heads // tp, 1) / facts.n_kv_heads
+        if facts.n_kv_heads < tp:
+            notes.assume(f"{facts.n_kv_heads} KV heads < TP {tp}: heads replicated, one per rank")
+    if facts.kv_layers and facts.n_layers and facts.kv_layers < facts.n_layers and not facts.sliding_layers:
+        notes.assume(f"{facts.n_layers - facts.kv_layers} layers keep no growing KV cache (kv_layers)")
+    return _KvShape(
+        per_token_bytes=per_layer * layers,
+        sliding_token_bytes=per_layer * facts.sliding_layers,
+        window=facts.sliding_window,
+        gpu_fraction=fraction,
+    )
+
+
+def _kv_bytes(shape: _KvShape, tokens: int) -> float:
+    """KV bytes of one sequence of `tokens`, whole model."""
+    sliding = shape.sliding_token_bytes * min(tokens, shape.window or tokens)
+    return shape.per_token_bytes * tokens + sliding
+
+
+def _context(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> int | None:
+    knob = "n_ctx" if engine == "llamacpp" else "max_model_len"
+    value = params.number(knob)
+    if value:
+        return int(value)
+    if facts.context_max:
+        notes.assume(f"context = the model's {facts.context_max} tokens ({knob} unset)")
+        return facts.context_max
+    notes.missing("KV cache", f"{knob} unset and context_max not given")
+    return None
+
+
+def _overhead_gb(engine: str, params: _Params, facts: ModelFacts, weights_gpu_gb: float | None,
+                 notes: _Notes) -> float:
+    if engine == "llamacpp":
+        fixed = LLAMACPP_FIXED_GB
+        tokens = params.number("n_ubatch") or LLAMACPP_DEFAULT_UBATCH
+    else:
+        eager = params.get("enforce_eager") is True
+        fixed = VLLM_FIXED_GB + (0.0 if eager else VLLM_CUDA_GRAPHS_GB)
+        tokens = params.number("max_num_batched_tokens") or VLLM_DEFAULT_BATCHED_TOKENS
+    if facts.hidden_size:
+        activations = tokens * facts.hidden_size * 2 * ACTIVATION_WIDTHS / GB
+        notes.assume(
+            f"overhead = {fixed:g} GB fixed + activations {int(tokens)} tokens x hidden {facts.hidden_size} "
+            f"x {ACTIVATION_WIDTHS} bf16 buffers"
+        )
+    else:
+        activations = ACTIVATION_FRACTION * (weights_gpu_gb or 0.0)
+        notes.assume(f"overhead = {fixed:g} GB fixed + {ACTIVATION_FRACTION:.0%} of weights (hidden_size unknown)")
+    return fixed + activations
+
+
+def _spec(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> tuple[float, float, float]:
+    """(acceptance length, step cost in target steps, expert-read factor) for the draft settings."""
+    k = int(params.number("draft_k") or 0)
+    method = params.get("spec_method")
+    if k <= 0:
+        return 1.0, 1.0, 1.0
+    if method is None and engine == "llamacpp":
+        method = "ngram"  # llama-cpp-python drafts by prompt lookup
+    if method is None:
+        notes.missing("speculative gain", f"draft_k={k} without spec_method")
+        return 1.0, 1.0, 1.0
+    prior = SPEC_PRIORS.get(str(method))
+    if prior is None:
+        notes.missing("speculative gain", f"no prior for spec_method {method!r}")
+        return 1.0, 1.0, 1.0
+    length = 1 + sum(prior.accept**i for i in range(1, k + 1))
+    cost = 1 + prior.fixed + prior.per_token * k
+    notes.assume(
+        f"spec {method} k={k}: acceptance length {length:.2f} (p={prior.accept}), drafting "
+        f"+{cost - 1:.0%} per step; {prior.source}"
+    )
+    expert_factor = 1.0
+    if facts.is_moe:
+        if facts.n_experts and facts.experts_per_tok:
+            e, a = facts.n_experts, facts.experts_per_tok
+            # k+1 verified tokens touch this many experts per layer, relative to one token's a
+            expert_factor = (e / a) * (1 - (1 - a / e) ** (k + 1))
+            notes.assume(f"verifying {k + 1} tokens reads {expert_factor:.2f}x the experts of one ({a} of {e})")
+        else:
+            notes.missing("MoE verify cost", "n_experts / experts_per_tok not given; decode is an upper bound")
+    return length, cost, expert_factor
+
+
+def _expert_share(facts: ModelFacts) -> float:
+    """Share of the active params that sit in routed experts (0 for dense or unknown)."""
+    e, a = facts.n_experts, facts.experts_per_tok
+    total, active = facts.params_total_b, facts.params_active_b
+    if not (e and a and total and active) or e <= a or active >= total:
+        return 0.0
+    per_expert = (total - active) / (e - a)
+    return min(a * per_expert / active, 1.0)
+
+
+def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: ModelFacts,
+                 notes: _Notes) -> float:
+    if tp <= 1:
+        return 0.0
+    per_node = max(hardware.gpus_per_node, 1)
+    tp_nodes = math.ceil(tp / per_node)
+    if not facts.n_layers:
+        notes.missing("TP communication", "n_layers not given; decode is an upper bound")
+        return 0.0
+    if tp_nodes > 1:
+        if pf.allreduce_step_us is None:
+            notes.missing("TP communication", f"no fitted all-reduce latency for {hardware.name}")
+            return 0.0
+        per = 2 * (tp_nodes - 1) * pf.allreduce_step_us
+        where = f"ring over {tp_nodes} nodes, 2x{tp_nodes - 1} steps of {pf.allreduce_step_us:g} us"
+    else:
+        if pf.intra_node_allreduce_us is None:
+            notes.missing("TP communication", f"no intra-node all-reduce latency for {hardware.name}")
+            return 0.0
+        per, where = pf.intra_node_allreduce_us, "inside the node"
+    notes.assume(f"TP comm: 2 all-reduces per layer x {facts.n_layers} layers, {per:g} us each ({where}); "
+                 f"latency-bound, bandwidth ignored")
+    return 2 * facts.n_layers * per * 1e-6
+
+
+def _prefill_tflops(params: _Params, hardware: HardwareProfile, notes: _Notes) -> float:
+    quant = params.get("quantization")
+    precision = COMPUTE_PRECISION.get(str(quant), "bf16") if quant else "bf16"
+    if params.get("moe_backend") == "marlin":
+        precision = "bf16"
+    tflops = {"fp8": hardware.fp8_tflops, "fp4": hardware.fp4_tflops}.get(precision)
+    if precision != "bf16" and tflops is None:
+        notes.assume(f"{hardware.name} has no {precision} tensor cores: prefill at bf16")
+        precision, tflops = "bf16", None
+    notes.assume(f"prefill in {precision} tensor math, linear layers only (attention FLOPs not counted)")
+    return tflops or hardware.bf16_tflops
+
+
+@dataclass(frozen=True)
+class _Case:
+    """Everything one estimate reads."""
+
+    space: SearchSpace
+    engine: str  # "vllm", "llamacpp", ...
+    params: _Params
+    model: ModelFacts
+    hardware: HardwareProfile
+    pf: PlannerFacts
+    tp: int
+    pp: int
+    notes: _Notes
+
+
+@dataclass(frozen=True)
+class _Memory:
+    weights: float | None  # whole model, bytes
+    weights_gpu_gb: float | None
+    shape: _KvShape | None
+    context: int | None
+    kv_gpu_gb: float | None
+    overhead_gb: float
+    total_gb: float
+    usable_gb: float
+    budget_gb: float | None  # vLLM: what the engine grabs
+    pool_tokens: int | None
+
+
+def _memory(case: _Case) -> _Memory:
+    engine, params, model, hardware, notes = case.engine, case.params, case.model, case.hardware, case.notes
+    tp, pp = case.tp, case.pp
+    weights = _weight_bytes(model, _str(params.get("quantization")), notes)
+    weights_gpu_gb = weights / (tp * pp) / GB if weights is not None else None
+    elem = _kv_element_bytes(engine, params, model, notes)
+    shape = _kv_shape(model, elem, tp, notes) if elem is not None else None
+    context = _context(engine, params, model, notes)
+    kv_gpu_gb = None
+    if shape is not None and context is not None:
+        kv_gpu_gb = _kv_bytes(shape, context) * shape.gpu_fraction / pp / GB
+        notes.assume(f"KV: one full {context}-token sequence must fit (the engine's startup check)")
+    overhead = _overhead_gb(engine, params, model, weights_gpu_gb, notes)
+    total = (weights_gpu_gb or 0.0) + (kv_gpu_gb or 0.0) + overhead
+    budget = pool_tokens = None
+    if engine == "vllm":
+        budget = (params.number("gpu_memory_utilization") or VLLM_DEFAULT_GMU) * hardware.memory_gb_per_gpu
+        if shape is not None and weights_gpu_gb is not None:
+            per_token_gpu = (shape.per_token_bytes + shape.sliding_token_bytes) * shape.gpu_fraction / pp
+            pool_gb = budget - weights_gpu_gb - overhead
+            pool_tokens = max(int(pool_gb * GB / per_token_gpu), 0) if per_token_gpu else None
+    return _Memory(
+        weights=weights, weights_gpu_gb=weights_gpu_gb, shape=shape, context=context, kv_gpu_gb=kv_gpu_gb,
+        overhead_gb=overhead, total_gb=total, usable_gb=hardware.memory_gb_per_gpu - hardware.os_reserve_gb,
+        budget_gb=budget, pool_tokens=pool_tokens,
+    )
+
+
+def _fit_reason(case: _Case, mem: _Memory) -> str | None:
+    """Why the candidate cannot fit, with the numbers; None when it fits (or cannot be ruled out)."""
+    hardware = case.hardware
+    where = "per GPU" if hardware.gpus_per_node > 1 else "per node"
+    gpu_gb, reserve = hardware.memory_gb_per_gpu, hardware.os_reserve_gb
+    lower = " at least" if mem.weights_gpu_gb is None or mem.kv_gpu_gb is None else ""
+    needs = (f"needs{lower} {mem.total_gb:.1f} GB {where} "
+             f"({_breakdown(mem.weights_gpu_gb, mem.kv_gpu_gb, mem.overhead_gb)})")
+    usable = f"usable {mem.usable_gb:.1f} GB"
+    if reserve:
+        usable += f" ({gpu_gb:g} GB - {reserve:g} GB OS reserve)"
+    if mem.total_gb > mem.usable_gb:
+        return f"{needs} > {usable}"
+    if mem.budget_gb is not None:
+        gmu = f"gpu_memory_utilization {mem.budget_gb / gpu_gb:g}"
+        if mem.budget_gb > mem.usable_gb:
+            return f"{gmu} grabs {mem.budget_gb:.1f} GB {where} > {usable}"
+        if mem.total_gb > mem.budget_gb:
+            return f"{needs} > the engine's {mem.budget_gb:.1f} GB ({gmu} x {gpu_gb:g} GB)"
+    if lower:
+        case.notes.assume("fit unverified: a memory term is unknown")
+    return None
+
+
+def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
+    """(decode tok/s of one stream, speculative gain); None when the weights read is unknown."""
+    model, hardware, pf, notes, tp, pp = case.model, case.hardware, case.pf, case.notes, case.tp, case.pp
+    fraction = _active_fraction(model, notes)
+    length, cost, expert_factor = _spec(case.engine, case.params, model, notes)
+    if mem.weights is None or fraction is None:
+        return None, None
+    share = _expert_share(model)
+    read_weights = mem.weights * fraction * ((1 - share) + share * expert_factor) / tp
+    mean_ctx = DECODE_PROMPT_TOKENS + case.space.workload.decode_max_tokens // 2
+    mean_ctx = min(mean_ctx, mem.context) if mem.context else mean_ctx
+    if mem.shape is not None:
+        read_kv = _kv_bytes(mem.shape, mean_ctx) * mem.shape.gpu_fraction
+    else:
+        read_kv = 0.0
+        notes.missing("KV read", "KV shape unknown; decode is an upper bound")
+    efficiency = pf.decode_efficiency
+    if efficiency is None:
+        efficiency = 1.0
+        notes.assume(f"no fitted decode efficiency for {hardware.name}: bare roofline (an upper bound)")
+    else:
+        notes.assume(f"decode efficiency {efficiency:g} for {hardware.name}")
+    notes.assume(f"decode at a mean context of {mean_ctx} tokens")
+    if pp > 1:
+        notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
+    bandwidth = hardware.mem_bandwidth_gbps * GB
+    step_s = (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, pf, model, notes)
+    return length / (step_s * cost), length / cost
+
+
+def _prefill(case: _Case) -> float | None:
+    model, hardware, notes = case.model, case.hardware, case.notes
+    active_b = model.params_active_b or (None if model.is_moe else model.params_total_b)
+    if not active_b:
+        notes.missing("prefill", "active parameter count not given")
+        return None
+    efficiency = case.pf.prefill_efficiency
+    if efficiency is None:
+        efficiency = 1.0
+        notes.assume(f"no fitted prefill efficiency for {hardware.name}: bare roofline (an upper bound)")
+    tflops = _prefill_tflops(case.params, hardware, notes)
+    return efficiency * tflops * 1e12 * case.tp / (2 * active_b * 1e9)
+
+
+def estimate(
+    space: SearchSpace,
+    candidate: Candidate,
+    hardware: HardwareProfile,
+    nodes: int,
+    *,
+    facts: PlannerFacts | None = None,
+) -> PlanEstimate:
+    """Memory per GPU, fit, and predicted decode / prefill tok/s of `candidate` on `nodes` boxes.
+
+    `facts` overrides the profile's fitted numbers (calibration uses efficiency 1 = bare roofline).
+    Raises ConfigError when the TP x PP layout does not match the cluster.
+    """
+    tp, pp = parallel_layout(space, candidate, hardware, nodes)
+    case = _Case(
+        space=space,
+        engine="llamacpp" if space.engine.startswith("llama") else space.engine,
+        params=_Params(space, candidate),
+        model=model_facts(space.model),
+        hardware=hardware,
+        pf=facts or planner_facts(hardware),
+        tp=tp,
+        pp=pp,
+        notes=_Notes(),
+    )
+    mem = _memory(case)
+    reason = _fit_reason(case, mem)
+    decode, gain = _decode(case, mem)
+    prefill = _prefill(case)
+    notes = case.notes
+    return PlanEstimate(
+        candidate_key=candidate.key(),
+        label=candidate.label(),
+        tp=tp,
+        pp=pp,
+        weights_gb=_round(mem.weights_gpu_gb, 3),
+        kv_gb=_round(mem.kv_gpu_gb, 3),
+        overhead_gb=round(mem.overhead_gb, 3),
+        total_gb=round(mem.total_gb, 3),
+        usable_gb=round(mem.usable_gb, 2),
+        engine_budget_gb=_round(mem.budget_gb),
+        kv_pool_tokens=mem.pool_tokens,
+        fits=reason is None,
+        reason=reason,
+        decode_tps=_round(decode),
+        prefill_tps=_round(prefill, 1),
+        spec_gain=_round(gain, 3),
+        unknown=notes.unknown,
+        assumptions=notes.assumptions,
+    )
+
+
+def _str(value: Scalar) -> str | None:
+    return None if value is None else str(value)
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _breakdown(weights: float | None, kv: float | None, overhead: float) -> str:
+    def show(v: float | None) -> str:
+        return "unknown" if v is None else f"{v:.1f}"
+
+    return f"weights {show(weights)} + KV {show(kv)} + overhead {overhead:.1f}"
+
+
+def plan(
+    space: SearchSpace, candidates: Iterable[Candidate], hardware: HardwareProfile, nodes: int
+) -> PlanReport:
+    """Estimate every candidate; keep the ones that fit, fastest predicted decode first.
+
+    A candidate the estimate refuses (ConfigError: a TP x PP that does not match the cluster, a
+    malformed value) is dropped with that message; when every candidate is refused the first
+    error is raised, since then the input itself is wrong (e.g. the --nodes value).
+    """
+    kept: list[PlanEstimate] = []
+    dropped: list[PlanEstimate] = []
+    refused: list[ConfigError] = []
+    for candidate in candidates:
+        try:
+            est = estimate(space, candidate, hardware, nodes)
+        except ConfigError as exc:
+            refused.append(exc)
+            dropped.append(_refused(candidate, str(exc)))
+            continue
+        (kept if est.fits else dropped).append(est)
+    if refused and len(refused) == len(dropped) and not kept:
+        raise refused[0]
+    kept.sort(key=lambda e: (e.decode_tps is None, -(e.decode_tps or 0.0)))
+    return PlanReport(space=space.name, hardware=hardware.name, nodes=nodes, kept=kept, dropped=dropped)
+
+
+def _refused(candidate: Candidate, message: str) -> PlanEstimate:
+    return PlanEstimate(
+        candidate_key=candidate.key(), label=candidate.label(), tp=0, pp=0, weights_gb=None,
+        kv_gb=None, overhead_gb=0.0, total_gb=0.0, usable_gb=0.0, fits=False, reason=message,
+    )
+
+
+def fits_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Callable[[Candidate], str | None]:
+    """A space.Pruner check: the planner's drop reason for a candidate, None when it fits."""
+
+    def check(candidate: Candidate) -> str | None:
+        try:
+            est = estimate(space, candidate, hardware, nodes)
+        except ConfigError as exc:
+            return f"planner: {exc}"
+        return None if est.fits else f"planner: {est.reason}"
+
+    return check
+
+
+# ---------------------------------------------------------------- table
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def _common(lists: list[list[str]]) -> list[str]:
+    """Items every list has, in the first list's order."""
+    if not lists:
+        return []
+    shared = set(lists[0]).intersection(*map(set, lists[1:]))
+    return [item for item in lists[0] if item in shared]
+
+
+def render_plan_table(report: PlanReport) -> Table:
+    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
+    terms shared by every row go to the caption; rows show what differs."""
+    rows = report.kept + report.dropped
+    tokens = [est.label.split(" ") for est in rows]
+    shared = _common(tokens)
+    shared_unknown = _common([est.unknown for est in report.kept])
+    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode = one stream; ? = unknown"]
+    if shared:
+        caption.append("every candidate: " + " ".join(shared))
+    if shared_unknown:
+        caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
+    table = Table(
+        title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
+        f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
+        caption="\n".join(caption),
+        caption_justify="left",
+    )
+    for name, justify in [
+        ("candidate", "left"), ("TPxPP", "right"), ("weights", "right"), ("KV", "right"),
+        ("overhead", "right"), ("total", "right"), ("usable", "right"), ("decode tok/s", "right"),
+        ("prefill tok/s", "right"), ("note", "left"),
+    ]:
+        table.add_column(name, justify=justify, overflow="fold")
+    for est, words in zip(rows, tokens):
+        label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
+        layout = f"{est.tp}x{est.pp}" if est.tp else "-"
+        memory = [_fmt(est.weights_gb), _fmt(est.kv_gb), _fmt(est.overhead_gb), _fmt(est.total_gb),
+                  _fmt(est.usable_gb)]
+        if est.fits:
+            notes = [u for u in est.unknown if u not in shared_unknown]
+            if est.kv_pool_tokens is not None:
+                notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
+            table.add_row(label, layout, *memory, _fmt(est.decode_tps), _fmt(est.prefill_tps, 0),
+                          "; ".join(notes))
+        else:
+            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
+    return table
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def fit_efficiency(pairs: list[tuple[float, float]]) -> float:
+    """Median of measured / predicted over (predicted_roofline_tps, measured_tps) pairs."""
+    ratios = [measured / predicted for predicted, measured in pairs if predicted > 0 and measured > 0]
+    if not ratios:
+        raise ValueError("fit_efficiency needs at least one pair with positive numbers")
+    return statistics.median(ratios)
+
+
+def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: int) -> float:
+    """One ring all-reduce step between nodes, in microseconds, from decode at TP1 and at TP=tp
+    on tp nodes: 1/tp_tps = 1/(tp x single_tps) + 2 x n_layers x 2(tp-1) x step. Assumes the
+    memory time splits evenly over the TP ranks."""
+    comm_s = 1 / tp_tps - 1 / (tp * single_tps)
+    return comm_s / (2 * n_layers * 2 * (tp - 1)) * 1e6
+
+
+def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, int]:
+    params = point.get("params", {})
+    space = SearchSpace(
+        name=point["name"], engine=point.get("engine", "vllm"), model=ModelSpec(**point["model"]),
+        fixed=params, knobs=[],
+    )
+    return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
+
+
+def calibrate(profile_name: str) -> dict[str, float | None]:
+    """Refit a profile's decode/prefill efficiency and all-reduce step from its calibration points
+    in hardware_profiles.yaml; None where it has no points."""
+    hardware = get_profile(profile_name)
+    points = calibration_points(profile_name)
+    bare = replace(planner_facts(hardware), decode_efficiency=1.0, prefill_efficiency=1.0)
+    out: dict[str, float | None] = {}
+    for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
+        pairs = []
+        for point in points.get(kind, []):
+            space, candidate, nodes = _calibration_case(point)
+            predicted = getattr(estimate(space, candidate, hardware, nodes, facts=bare), attr)
+            if predicted is None:
+                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+            pairs.append((predicted, float(point["measured_tps"])))
+        out[f"{kind}_efficiency"] = fit_efficiency(pairs) if pairs else None
+    steps = [
+        fit_allreduce_step_us(p["single_tps"], p["tp_tps"], p["tp"], p["n_layers"])
+        for p in points.get("allreduce", [])
+    ]
+    out["allreduce_step_us"] = statistics.median(steps) if steps else None
+    return out

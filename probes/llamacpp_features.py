@@ -1,0 +1,230 @@
+"""Engine feature probes for llama.cpp (through llama-cpp-python), with the real model.
+
+For each KV cache type pair (type_k x type_v) x flash attention, and for prompt-lookup drafting,
+a child process creates a real context, generates a few greedy tokens for fixed prompts and
+reports the token ids. The parent compares them with the f16/f16 reference run.
+
+Golden check: for every prompt the first `MATCH_TOKENS` generated tokens must equal the
+reference's. The prompts have one obvious continuation (counting, the days of the week), so
+quantized KV (even q4_0) keeps them, while open prompts would flip near-tied tokens and fail
+configurations that work. Garbage output from a broken kernel does not keep them.
+
+A context that cannot be created fails with llama.cpp's own log line as evidence (the child runs
+with verbose=True, so llama.cpp logs to its stderr, which the runner classifies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import EngineUnavailable, ModelNotFound
+from autotune.models import ProbeResult, Scalar
+from probes.runner import emit, python_module_argv, run_probe_subprocess
+from probes.signatures import GOLDEN_MISMATCH_MARKER
+
+KV_TYPES = ("f16", "q8_0", "q4_0")
+DRAFT_KS = (2, 4)
+GOLDEN_PROMPTS = (
+    "Count: 1, 2, 3, 4, 5, 6,",
+    "The days of the week are Monday, Tuesday,",
+)
+MATCH_TOKENS = 4
+MAX_TOKENS = 8
+N_CTX = 256
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    """One combination of llama.cpp knobs that a probe run creates a context with."""
+
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = False
+    draft_k: int = 0  # prompt-lookup tokens per step; 0 = no drafting
+
+    @property
+    def feature(self) -> str:
+        if self.draft_k:
+            return f"draft_k={self.draft_k}"
+        return f"type_k={self.type_k},type_v={self.type_v},flash_attn={'on' if self.flash_attn else 'off'}"
+
+    @property
+    def params(self) -> dict[str, Scalar]:
+        if self.draft_k:
+            return {"draft_k": self.draft_k}
+        return {"type_k": self.type_k, "type_v": self.type_v, "flash_attn": self.flash_attn}
+
+    def argv(self, model_path: str, n_threads: int) -> list[str]:
+        return python_module_argv(
+            "probes.llamacpp_features",
+            "--model", model_path,
+            "--type-k", self.type_k,
+            "--type-v", self.type_v,
+            "--flash-attn", "on" if self.flash_attn else "off",
+            "--draft-k", str(self.draft_k),
+            "--threads", str(n_threads),
+        )
+
+
+REFERENCE = LlamaCppConfig()
+
+
+def default_configs(draft_ks: tuple[int, ...] = DRAFT_KS) -> list[LlamaCppConfig]:
+    """The full matrix: every type_k x type_v x flash_attn, then prompt-lookup drafting at each k."""
+    kv = [
+        LlamaCppConfig(k, v, fa)
+        for k in KV_TYPES
+        for v in KV_TYPES
+        for fa in (False, True)
+    ]
+    return kv + [LlamaCppConfig(draft_k=k) for k in draft_ks]
+
+
+def probe_llamacpp(
+    model_path: str,
+    timeout_s: float = 120,
+    n_threads: int = 2,
+    configs: list[LlamaCppConfig] | None = None,
+) -> list[ProbeResult]:
+    """Probe each config for real; the f16/f16 reference comes first in the returned list.
+
+    :raises ModelNotFound: the model file does not exist.
+    :raises EngineUnavailable: llama-cpp-python is not installed.
+    """
+    if not Path(model_path).is_file():
+        raise ModelNotFound(f"model file not found: {model_path}")
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise EngineUnavailable("llama-cpp-python is not installed: pip install 'autotune[llamacpp]'")
+    wanted = [c for c in (configs if configs is not None else default_configs()) if c != REFERENCE]
+
+    reference, ref_tokens = _run(model_path, REFERENCE, timeout_s, n_threads)
+    if ref_tokens is not None:
+        reference = _judge(reference, ref_tokens, None)
+    results = [reference]
+    for config in wanted:
+        result, tokens = _run(model_path, config, timeout_s, n_threads)
+        results.append(_judge(result, tokens, ref_tokens) if tokens is not None else result)
+    return results
+
+
+def _run(
+    model_path: str, config: LlamaCppConfig, timeout_s: float, n_threads: int
+) -> tuple[ProbeResult, list[list[int]] | None]:
+    result = run_probe_subprocess(
+        config.argv(model_path, n_threads), config.feature, timeout_s, params=config.params
+    )
+    if result.status != "works":
+        return result, None
+    try:
+        report = json.loads(result.evidence)
+        return result, [list(map(int, t)) for t in report["tokens"]]
+    except (ValueError, KeyError, TypeError):
+        return result.model_copy(
+            update={"status": "fails", "signature": "unclassified_crash",
+                    "evidence": f"probe printed no token report: {result.evidence[:300]}"}
+        ), None
+
+
+def _judge(result: ProbeResult, tokens: list[list[int]], ref_tokens: list[list[int]] | None) -> ProbeResult:
+    report = json.loads(result.evidence)
+    texts: list[str] = report["texts"]
+    shown = " | ".join(repr(t) for t in texts)
+    problems = [
+        f"prompt {i + 1}: " + why
+        for i, out in enumerate(tokens)
+        if (why := _degenerate(out))
+    ]
+    if ref_tokens is not None:
+        for i, (out, ref) in enumerate(zip(tokens, ref_tokens)):
+            if out[:MATCH_TOKENS] != ref[:MATCH_TOKENS]:
+                problems.append(f"prompt {i + 1}: first {MATCH_TOKENS} tokens {out[:MATCH_TOKENS]} "
+                                f"differ from the f16/f16 reference {ref[:MATCH_TOKENS]}")
+    basis = (
+        f"first {MATCH_TOKENS} greedy tokens of {len(GOLDEN_PROMPTS)} prompts match the f16/f16 reference"
+        if ref_tokens is not None
+        else "reference run (non-degenerate output)" if result.feature == REFERENCE.feature
+        else "no f16/f16 reference to compare with: checked for non-degenerate output only"
+    )
+    timing = f"load {report['load_s']:.1f} s, generate {report['generate_s']:.1f} s"
+    if problems:
+        return result.model_copy(update={
+            "status": "fails",
+            "signature": "silent_miscompute",
+            "evidence": f"{GOLDEN_MISMATCH_MARKER}: " + "; ".join(problems) + f"\noutput: {shown}",
+        })
+    return result.model_copy(update={"evidence": f"{basis}; output: {shown}; {timing}"})
+
+
+def _degenerate(tokens: list[int]) -> str | None:
+    if not tokens:
+        return "no tokens generated"
+    if len(tokens) >= MATCH_TOKENS and len(set(tokens)) == 1:
+        return f"one token repeated ({tokens[0]})"
+    return None
+
+
+# ---------------------------------------------------------------- child process
+
+
+def _child(args: argparse.Namespace) -> ProbeResult:
+    """Create the context (llama.cpp logs to stderr), generate greedily, report token ids."""
+    import llama_cpp  # imported here: the parent must work without llama-cpp-python
+
+    ggml_types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+                  "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+    draft = None
+    if args.draft_k:
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=args.draft_k)
+    started = time.perf_counter()
+    llm = llama_cpp.Llama(
+        model_path=args.model,
+        n_ctx=N_CTX,
+        n_threads=args.threads,
+        type_k=ggml_types[args.type_k],
+        type_v=ggml_types[args.type_v],
+        flash_attn=args.flash_attn == "on",
+        draft_model=draft,
+        seed=0,
+        verbose=True,
+    )
+    loaded = time.perf_counter()
+    tokens: list[list[int]] = []
+    texts: list[str] = []
+    for prompt in GOLDEN_PROMPTS:
+        out: list[int] = []
+        for token in llm.generate(llm.tokenize(prompt.encode()), temp=0.0, top_k=1):
+            if token == llm.token_eos() or len(out) >= args.max_tokens:
+                break
+            out.append(int(token))
+        tokens.append(out)
+        texts.append(llm.detokenize(out).decode("utf-8", errors="replace"))
+        llm.reset()
+    done = time.perf_counter()
+    report = {"tokens": tokens, "texts": texts, "load_s": round(loaded - started, 3),
+              "generate_s": round(done - loaded, 3)}
+    return ProbeResult(feature="llamacpp", status="works", evidence=json.dumps(report))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m probes.llamacpp_features")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--type-k", choices=KV_TYPES, default="f16")
+    parser.add_argument("--type-v", choices=KV_TYPES, default="f16")
+    parser.add_argument("--flash-attn", choices=("on", "off"), default="off")
+    parser.add_argument("--draft-k", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    # a failure propagates as a traceback on stderr, next to llama.cpp's own log line
+    emit(_child(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,727 @@
+"""vLLM capability probes: first ask vLLM's own code (a prior), then launch it (the evidence).
+
+(a) `selector_probe()` runs vLLM's attention-backend selector, each backend's validation, the
+    FlashAttention version logic, the quantization methods' minimum capability and the
+    --moe-backend choices in a subprocess on the GPU host, for the target's head_dim and dtype.
+    "works" there means "vLLM's code accepts it" (evidence starts with "selector:"); a refusal is
+    "fails" because vLLM raises the same error at launch.
+(b) `launch_matrix()` starts `vllm serve` once per (KV dtype, attention backend[, draft_k])
+    combination, each in its own process group with a timeout, sends one completion request,
+    requires non-empty text, and classifies failures with probes.signatures. vLLM cannot switch
+    KV dtype or backend inside one process, so each combination is one launch; launches are made
+    cheap (--enforce-eager, --load-format dummy, a short context, a fixed small KV cache) and can
+    run side by side on one GPU (--parallel).
+
+  python -m probes.vllm_features --model DIR --out results.json [--launch] [--timeout 300]
+      [--kv auto fp8 ...] [--backends auto FLASH_ATTN ...] [--draft-k 0 4] [--combos fp8:TRITON_ATTN,...]
+      [--tiny] [--real-weights] [--golden TEXT] [--parallel N] [--budget-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from autotune.engines.vllm import VllmEngine, acceptance_length, parse_spec_metrics, read_model_config
+from autotune.errors import AutotuneError, ConfigError, EngineStartError
+from autotune.models import Candidate, ModelSpec, ProbeResult, Scalar
+
+ROOT = Path(__file__).resolve().parent.parent
+SELECTOR_MARK = "AUTOTUNE_SELECTOR "
+BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+KV_DTYPES = ("auto", "fp8", "fp8_e5m2", "nvfp4")
+SPEC_METHOD = "ngram"
+SERVED_NAME = "probe"
+PROMPT = "The capital of France is"
+SPEC_PROMPT = "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3,"
+
+# Launch settings that make a probe start fast and fit beside other probes on one GPU.
+FAST_PARAMS: dict[str, Scalar] = {
+    "enforce_eager": True,
+    "load_format": "dummy",
+    "max_model_len": 1024,
+    "max_num_seqs": 8,
+    "gpu_memory_utilization": 0.1,
+    "kv_cache_memory_bytes": 1 << 30,  # a fixed KV size skips vLLM's memory profiling
+}
+# The FlashInfer sampler JIT-compiles on a fresh machine (minutes); the probes test attention.
+PROBE_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One launch: KV-cache dtype x attention backend (None = vLLM chooses) x ngram draft_k."""
+
+    kv_cache_dtype: str
+    attention_backend: str | None
+    draft_k: int = 0
+
+    def params(self) -> dict[str, Scalar]:
+        """Knob values the result is about; draft_k 0 results hold for every draft_k."""
+        params: dict[str, Scalar] = {"kv_cache_dtype": self.kv_cache_dtype, "attention_backend": self.attention_backend}
+        if self.draft_k:
+            params.update(spec_method=SPEC_METHOD, draft_k=self.draft_k)
+        return params
+
+    def label(self) -> str:
+        spec = f" draft_k={self.draft_k}" if self.draft_k else ""
+        return f"kv_cache_dtype={self.kv_cache_dtype} attention_backend={self.attention_backend or 'auto'}{spec}"
+
+    @property
+    def is_reference(self) -> bool:
+        return self.kv_cache_dtype == "auto" and self.attention_backend is None and not self.draft_k
+
+
+def _backend(name: str | None) -> str | None:
+    return None if name in (None, "", "auto", "null", "None") else name
+
+
+def make_combos(
+    kv_dtypes: Iterable[str], backends: Iterable[str | None], draft_ks: Iterable[int] = (0,)
+) -> list[Combo]:
+    """Every combination, the reference (auto, auto, 0) first: it doubles as the warm-up launch."""
+    combos = [Combo(kv, _backend(be), k) for k in draft_ks for kv in kv_dtypes for be in backends]
+    return sorted(dict.fromkeys(combos), key=lambda c: not c.is_reference)
+
+
+def parse_combos(text: str) -> list[Combo]:
+    """'fp8:TRITON_ATTN,auto:auto,fp8:auto:4' -> combos (backend 'auto' = vLLM chooses)."""
+    combos = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ConfigError(f"combo {item!r} is not KV_DTYPE:BACKEND[:DRAFT_K] (backend 'auto' lets vLLM choose)")
+        try:
+            draft_k = int(parts[2]) if len(parts) == 3 else 0
+        except ValueError:
+            raise ConfigError(f"combo {item!r}: draft_k must be an integer") from None
+        combos.append(Combo(parts[0], _backend(parts[1]), draft_k))
+    return sorted(dict.fromkeys(combos), key=lambda c: not c.is_reference)
+
+
+def filter_combos(combos: Iterable[Combo], only: Iterable[tuple[str, str | None]] | None) -> list[Combo]:
+    """Keep the combos whose (kv_cache_dtype, attention_backend) is in `only` (all when None)."""
+    if only is None:
+        return list(combos)
+    keep = {(kv, _backend(be)) for kv, be in only}
+    return [c for c in combos if (c.kv_cache_dtype, c.attention_backend) in keep]
+
+
+def model_attention(model_dir: str | Path) -> tuple[int, str]:
+    """(head_dim, dtype name) of a checkpoint directory, from its config.json."""
+    config = read_model_config(model_dir)
+    return _head_dim(config, model_dir), _dtype_name(config)
+
+
+def _head_dim(config: dict[str, Any], model_dir: str | Path) -> int:
+    try:
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{model_dir}/config.json has no head_dim (nor hidden_size / num_attention_heads)") from None
+    return head_dim
+
+
+def _dtype_name(config: dict[str, Any]) -> str:
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16").removeprefix("torch.")
+    return {"float": "float32", "half": "float16"}.get(dtype, dtype)
+
+
+# ---------------------------------------------------------------------- (a) ask vLLM's code
+
+
+def selector_probe(
+    *,
+    head_dim: int,
+    dtype: str = "bfloat16",
+    num_heads: int | None = None,
+    kv_dtypes: Iterable[str] = KV_DTYPES,
+    backends: Iterable[str | None] = (None, *BACKENDS),
+    quantizations: Iterable[str] = (),
+    moe_backends: Iterable[str] = (),
+    block_size: int | None = None,
+    python: str = sys.executable,
+    timeout_s: float = 300.0,
+) -> tuple[dict[str, Any], list[ProbeResult]]:
+    """Run `selector_checks` in a subprocess with `python` (a GPU fault must not poison us).
+
+    Returns (info about the device and vLLM, results); an unusable vLLM gives one "untested"
+    result saying why, never an exception.
+    """
+    request = {
+        "head_dim": head_dim,
+        "dtype": dtype,
+        "num_heads": num_heads,
+        "kv_dtypes": list(kv_dtypes),
+        "backends": [_backend(b) for b in backends],
+        "quantizations": list(quantizations),
+        "moe_backends": list(moe_backends),
+        "block_size": block_size,
+    }
+    code = "import sys, json; from probes.vllm_features import selector_main; selector_main(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.monotonic()
+    try:
+        out = subprocess.run(
+            [python, "-c", code, json.dumps(request)],
+            capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        )
+        text = out.stdout + out.stderr
+    except subprocess.TimeoutExpired as exc:
+        text = f"no answer after {timeout_s:.0f} s; " + _as_text(exc.stdout) + _as_text(exc.stderr)
+    except OSError as exc:
+        text = f"could not run {python}: {exc}"
+    duration = time.monotonic() - t0
+    line = next((ln for ln in text.splitlines() if ln.startswith(SELECTOR_MARK)), None)
+    if line is None:
+        why = _error_lines(text) or text[-1500:]
+        failed = ProbeResult(feature="selector", status="untested", evidence=f"selector did not run: {why}",
+                             duration_s=duration)
+        return {}, [failed]
+    payload = json.loads(line.removeprefix(SELECTOR_MARK))
+    results = [ProbeResult(**r) for r in payload["results"]]
+    return payload["info"], results
+
+
+def selector_main(request_json: str) -> None:
+    """Subprocess entry: print the selector results as one marked JSON line on stdout."""
+    info, results = selector_checks(json.loads(request_json))
+    print(SELECTOR_MARK + json.dumps({"info": info, "results": results}), flush=True)
+
+
+def selector_checks(req: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Inside the GPU host's vLLM: every check in its own try, API differences -> "untested"."""
+    results: list[dict[str, Any]] = []
+
+    def add(feature: str, status: str, evidence: str, params: dict | None = None, signature: str | None = None) -> None:
+        results.append({"feature": feature, "status": status, "evidence": evidence[:2000],
+                        "params": params or {}, "signature": signature})
+
+    try:
+        import importlib.metadata
+        from typing import get_args
+
+        import torch
+        from vllm.platforms import current_platform
+
+        cap = current_platform.get_device_capability()
+        cap_int = cap.to_int() if hasattr(cap, "to_int") else cap[0] * 10 + cap[1]
+        info = {
+            "vllm": importlib.metadata.version("vllm"),
+            "torch": torch.__version__,
+            "device": current_platform.get_device_name(),
+            "compute_capability": f"sm_{cap_int}",
+        }
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        add("selector", "untested", f"vLLM's platform did not load: {type(exc).__name__}: {exc}")
+        return {}, results
+
+    head_dim, dtype = int(req["head_dim"]), getattr(torch, req["dtype"])
+
+    try:
+        from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
+
+        version = _call_supported(get_flash_attn_version, head_size=head_dim)
+        add("flash_attn_version", "works" if version else "unsupported",
+            f"selector: get_flash_attn_version(head_size={head_dim}) -> {version}", {"attention_backend": "FLASH_ATTN"})
+    except Exception as exc:  # noqa: BLE001
+        add("flash_attn_version", "untested", f"selector API differs: {type(exc).__name__}: {exc}")
+
+    try:
+        from vllm.config.cache import CacheDType
+
+        allowed: set[str] | None = set(get_args(CacheDType))
+    except Exception:  # noqa: BLE001
+        allowed = None
+    backend_enum = _import_first("vllm.v1.attention.backends.registry:AttentionBackendEnum",
+                                 "vllm.attention.backends.registry:AttentionBackendEnum",
+                                 "vllm.attention.backends.registry:_Backend")
+    config_cls = _import_first("vllm.v1.attention.selector:AttentionSelectorConfig",
+                               "vllm.attention.selector:AttentionSelectorConfig")
+    for kv in req["kv_dtypes"]:
+        if allowed is not None and kv not in allowed:
+            add(f"selector:kv_cache_dtype={kv}", "fails",
+                f"selector: {kv!r} is not a --kv-cache-dtype of this vLLM (allowed: {', '.join(sorted(allowed))})",
+                {"kv_cache_dtype": kv})
+            continue
+        for backend in req["backends"]:
+            params = {"kv_cache_dtype": kv, "attention_backend": backend}
+            feature = f"selector:attention kv_cache_dtype={kv} attention_backend={backend or 'auto'}"
+            try:
+                if backend_enum is None:
+                    raise ImportError("no AttentionBackendEnum in this vLLM")
+                chosen = _select_attention(current_platform, backend_enum, config_cls, backend, head_dim, dtype, kv,
+                                           req.get("block_size"), req.get("num_heads"))
+                add(feature, "works", f"selector: accepted -> {chosen} (vLLM's code, not a launch)", params)
+            except KeyError:
+                add(feature, "fails", f"selector: this vLLM has no attention backend named {backend}", params)
+            except ValueError as exc:
+                add(feature, "fails", f"selector: {exc}", params, _signature(str(exc)))
+            except Exception as exc:  # noqa: BLE001
+                add(feature, "untested", f"selector API differs: {type(exc).__name__}: {exc}", params)
+
+    if req.get("quantizations"):
+        try:
+            from vllm.model_executor.layers.quantization import get_quantization_config
+        except Exception as exc:  # noqa: BLE001
+            get_quantization_config = None
+            add("selector:quantization", "untested", f"selector API differs: {type(exc).__name__}: {exc}")
+        for method in req["quantizations"] if get_quantization_config else ():
+            params = {"quantization": method}
+            try:
+                minimum = get_quantization_config(method).get_min_capability()
+                status = "works" if cap_int >= minimum else "fails"
+                add(f"selector:quantization={method}", status,
+                    f"selector: get_min_capability() = {minimum}, device sm_{cap_int}", params)
+            except ValueError as exc:
+                add(f"selector:quantization={method}", "fails", f"selector: {exc}", params)
+            except Exception as exc:  # noqa: BLE001
+                add(f"selector:quantization={method}", "untested",
+                    f"selector API differs: {type(exc).__name__}: {exc}", params)
+
+    if req.get("moe_backends"):
+        try:
+            from vllm.config.kernel import MoEBackend
+
+            choices = set(get_args(MoEBackend))
+        except Exception as exc:  # noqa: BLE001
+            choices = set()
+            add("selector:moe_backend", "untested", f"selector API differs: {type(exc).__name__}: {exc}")
+        for name in req["moe_backends"] if choices else ():
+            params = {"moe_backend": name}
+            if name in choices:
+                add(f"selector:moe_backend={name}", "untested",
+                    "selector: a --moe-backend choice of this vLLM; whether it runs depends on the MoE quantization",
+                    params)
+            else:
+                add(f"selector:moe_backend={name}", "fails",
+                    f"selector: not a --moe-backend choice (choices: {', '.join(sorted(choices))})", params)
+    return info, results
+
+
+def _select_attention(platform: Any, backend_enum: Any, config_cls: Any, backend: str | None, head_dim: int,
+                      dtype: Any, kv: str, block_size: int | None, num_heads: int | None = None) -> str:
+    """The platform's own get_attn_backend_cls, called the way this vLLM version wants it."""
+    selected = backend_enum[backend] if backend else None
+    fn = platform.get_attn_backend_cls
+    parameters = list(inspect.signature(fn).parameters.values())
+    names = {p.name for p in parameters}
+    if "attn_selector_config" in names and config_cls is not None:
+        fields = getattr(config_cls, "_fields", None) or list(inspect.signature(config_cls).parameters)
+        values = {"head_size": head_dim, "dtype": dtype, "kv_cache_dtype": kv, "block_size": block_size}
+        config = config_cls(**{k: v for k, v in values.items() if k in fields})
+        extra = {"num_heads": num_heads} if "num_heads" in names and num_heads is not None else {}
+        return str(fn(selected, attn_selector_config=config, **extra))
+    values = {"head_size": head_dim, "dtype": dtype, "kv_cache_dtype": kv, "block_size": block_size or 16,
+              "use_v1": True, "use_mla": False, "has_sink": False, "use_sparse": False, "use_mm_prefix": False,
+              "num_heads": num_heads}
+    kwargs = {}
+    for p in parameters[1:]:
+        if p.name in values:
+            kwargs[p.name] = values[p.name]
+        elif p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"get_attn_backend_cls needs {p.name!r}, which this probe does not know")
+    return str(fn(selected, **kwargs))
+
+
+def _call_supported(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    names = set(inspect.signature(fn).parameters)
+    return fn(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def _import_first(*targets: str) -> Any:
+    import importlib
+
+    for target in targets:
+        module, _, attr = target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+# ---------------------------------------------------------------------- (b) launch each combination
+
+
+def _signature(text: str) -> str | None:
+    failure = _classify(text)
+    return failure.failure_class if failure else None
+
+
+def _classify(text: str):  # -> FailureInfo | None
+    try:
+        from probes.signatures import classify
+    except ImportError:
+        return None
+    return classify(text, engine="vllm")
+
+
+_ERROR_LINE = re.compile(r"Error|error:|Exception|assert |Traceback|Killed|CUDA out of memory")
+
+
+def _error_lines(text: str, n: int = 6) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if _ERROR_LINE.search(ln) and not ln.lstrip().startswith("File ")]
+    return " | ".join(lines[-n:])
+
+
+def _as_text(data: bytes | str | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+_port_lock = threading.Lock()
+_spawn_lock = threading.Lock()
+_ports_taken: set[int] = set()
+
+
+def free_port() -> int:
+    with _port_lock:
+        while True:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            if port not in _ports_taken:
+                _ports_taken.add(port)
+                return port
+
+
+def ask(base_url: str, prompt: str, max_tokens: int, timeout_s: float = 120.0) -> tuple[str, int]:
+    """One greedy completion; returns (text, completion_tokens). Raises httpx errors."""
+    body: dict[str, Any] = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                            "ignore_eos": True, "skip_special_tokens": False}
+    with httpx.Client(timeout=timeout_s) as http:
+        reply = http.post(base_url + "/v1/completions", json=body)
+        if reply.status_code == 400:  # a server without the vLLM extras: plain request
+            body = {k: body[k] for k in ("model", "prompt", "max_tokens", "temperature")}
+            reply = http.post(base_url + "/v1/completions", json=body)
+        reply.raise_for_status()
+        data = reply.json()
+    text = data["choices"][0].get("text") or ""
+    tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
+    return text, tokens
+
+
+def read_metrics(base_url: str) -> dict[str, float]:
+    with httpx.Client(timeout=10.0) as http:
+        reply = http.get(base_url + "/metrics")
+        reply.raise_for_status()
+        return parse_spec_metrics(reply.text)
+
+
+def launch_one(
+    combo: Combo,
+    model_dir: str | Path,
+    *,
+    engine: VllmEngine,
+    base_params: dict[str, Scalar],
+    env: dict[str, str],
+    timeout_s: float,
+    log_path: Path,
+    golden: str | None = None,
+) -> ProbeResult:
+    """Start vLLM for one combination, ask once, stop the process group; the outcome as data."""
+    from autotune.launchers.process import ServerProcess
+
+    params = {**base_params, **combo.params()}
+    feature = f"launch:{combo.label()}"
+    t0 = time.monotonic()
+    model = ModelSpec(name=SERVED_NAME, path=str(model_dir))
+    launch = engine.render(Candidate(engine="vllm", params=params, env=env), model, port=free_port())
+    prompt, max_tokens = (SPEC_PROMPT, 32) if combo.draft_k else (PROMPT, 8)
+    text, tokens, error, spec = "", 0, None, ""
+    server = ServerProcess(launch, log_path, startup_timeout_s=timeout_s)
+    try:
+        with _spawn_lock:  # one fork at a time: parallel launches come from threads
+            server.start()
+        server.wait_healthy()
+        try:
+            before = read_metrics(server.base_url) if combo.draft_k else {}
+            text, tokens = ask(server.base_url, prompt, max_tokens)
+            if combo.draft_k:
+                length = acceptance_length(before, read_metrics(server.base_url))
+                spec = f"; acceptance_length={length:.2f} on one request" if length else "; no drafts counted"
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            error = f"request failed: {type(exc).__name__}: {exc}"
+    except EngineStartError as exc:
+        status = "untested" if exc.timed_out else "fails"
+        failure = None if exc.timed_out else _classify(exc.log_tail)
+        evidence = str(exc) if exc.timed_out else _failure_evidence(failure, exc.log_tail, str(exc))
+        if exc.timed_out:
+            evidence += " (raise --timeout: first starts compile kernels)"
+        return ProbeResult(feature=feature, status=status, evidence=evidence[:2000],
+                           signature=failure.failure_class if failure else None,
+                           params=combo.params(), duration_s=round(time.monotonic() - t0, 1))
+    finally:
+        server.stop()
+    log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    selected = engine.selected(log_text)
+    picked = ", ".join(f"{k}={selected[k]}" for k in ("attention_backend", "flash_attn_version", "kv_cache_dtype")
+                       if k in selected)
+    duration = round(time.monotonic() - t0, 1)
+    if error or not text:
+        failure = _classify(log_text)
+        why = error or f"empty completion ({tokens} tokens)"
+        return ProbeResult(feature=feature, status="fails", evidence=_failure_evidence(failure, log_text, why)[:2000],
+                           signature=failure.failure_class if failure else ("empty_output" if not error else None),
+                           params=combo.params(), duration_s=duration)
+    if golden is not None and golden not in text:
+        return ProbeResult(feature=feature, status="fails", signature="golden_mismatch", params=combo.params(),
+                           evidence=f"started ({picked}); answer {text!r} lacks {golden!r}", duration_s=duration)
+    return ProbeResult(feature=feature, status="works", params=combo.params(), duration_s=duration,
+                       evidence=f"started and answered ({picked}); {tokens} tokens {text[:80]!r}{spec}")
+
+
+def _failure_evidence(failure: Any, log_text: str, fallback: str) -> str:
+    if failure is not None:
+        return "; ".join([failure.message, *failure.evidence[:4]])
+    lines = _error_lines(log_text)
+    return f"{fallback}: {lines}" if lines else fallback
+
+
+def launch_matrix(
+    model_dir: str | Path,
+    combos: Iterable[Combo],
+    *,
+    log_dir: str | Path,
+    engine: VllmEngine | None = None,
+    base_params: dict[str, Scalar] | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 300.0,
+    parallel: int = 1,
+    budget_s: float | None = None,
+    golden: str | None = None,
+    only: Iterable[tuple[str, str | None]] | None = None,
+    on_result: Callable[[ProbeResult], None] | None = None,
+    launcher: Callable[..., ProbeResult] = launch_one,
+) -> list[ProbeResult]:
+    """Launch every combination (optionally `only` some), results in the order of `combos`.
+
+    The first combination runs alone (the warm-up: compile caches fill); the rest run `parallel`
+    at a time. Combinations not started within `budget_s` come back "untested". A golden string
+    only counts when the reference combination (auto KV, auto backend) produces it.
+    """
+    engine = engine or VllmEngine()
+    base = dict(FAST_PARAMS if base_params is None else base_params)
+    todo = filter_combos(combos, only)
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    results: dict[Combo, ProbeResult] = {}
+
+    def run(combo: Combo) -> ProbeResult:
+        if deadline is not None and time.monotonic() > deadline:
+            result = ProbeResult(feature=f"launch:{combo.label()}", status="untested", params=combo.params(),
+                                 evidence="not launched: the time budget (--budget-s) was used up")
+        else:
+            name = re.sub(r"[^\w.=-]+", "_", combo.label())
+            for attempt in ("", "-retry"):
+                log_path = log_dir / f"{name}{attempt}.log"
+                try:
+                    result = launcher(combo, model_dir, engine=engine, base_params=base, env=dict(env or {}),
+                                      timeout_s=timeout_s, log_path=log_path, golden=golden)
+                except AutotuneError as exc:  # the probe itself could not run this combination
+                    result = ProbeResult(feature=f"launch:{combo.label()}", status="untested", params=combo.params(),
+                                         evidence=f"not launched: {exc}")
+                if not (result.status == "fails" and _port_clash(log_path)):
+                    break  # a port taken by a neighbouring launch is not the combination's fault: retry once
+        results[combo] = result
+        if on_result:
+            on_result(result)
+        return result
+
+    if todo:
+        run(todo[0])
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            list(pool.map(run, todo[1:]))
+    ordered = [results[c] for c in todo]
+    return _apply_golden_rule(ordered, todo, golden)
+
+
+def _port_clash(log_path: Path) -> bool:
+    try:
+        return "Address already in use" in log_path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _apply_golden_rule(results: list[ProbeResult], combos: list[Combo], golden: str | None) -> list[ProbeResult]:
+    """Golden mismatches stand only if the reference combination produced the golden text."""
+    if golden is None:
+        return results
+    reference = next((r for r, c in zip(results, combos) if c.is_reference), None)
+    if reference is not None and reference.status == "works":
+        return results
+    why = "the reference launch did not produce it" if reference else "no reference launch (auto, auto) to trust it"
+    return [
+        r.model_copy(update={"status": "works", "signature": None, "evidence": f"{r.evidence} (golden ignored: {why})"})
+        if r.signature == "golden_mismatch" else r
+        for r in results
+    ]
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def refused_combos(combos: Iterable[Combo], results: Iterable[dict[str, Any]]) -> list[Combo]:
+    """Combos the selector already refused (the launch would raise the same error)."""
+    refused_pairs, refused_kv = set(), set()
+    for r in results:
+        params = r.get("params") or {}
+        if r.get("status") != "fails" or not str(r.get("feature", "")).startswith("selector:"):
+            continue
+        if "attention_backend" in params:
+            refused_pairs.add((params.get("kv_cache_dtype"), params["attention_backend"]))
+        elif set(params) == {"kv_cache_dtype"}:
+            refused_kv.add(params["kv_cache_dtype"])
+    return [c for c in combos
+            if c.kv_cache_dtype in refused_kv or (c.kv_cache_dtype, c.attention_backend) in refused_pairs]
+
+
+def _usable_fast_params(python: str, base: dict[str, Scalar]) -> tuple[dict[str, Scalar], dict[str, str], list[str]]:
+    """Drop launch settings (and probe env vars) this vLLM does not have, instead of failing on them."""
+    from autotune.engines import vllm as V
+
+    notes: list[str] = []
+    try:
+        flags = V.supported_flags(python)
+    except AutotuneError as exc:
+        return base, dict(PROBE_ENV), [f"flag check skipped: {exc}"]
+    kept = {}
+    for knob, value in base.items():
+        missing = [f for f in V.option_names(V.option_args({knob: value})) if f not in flags]
+        if missing:
+            notes.append(f"dropped {knob}={value}: this vLLM has no {', '.join(missing)}")
+        else:
+            kept[knob] = value
+    try:
+        known = V.known_env_vars(python)
+        env = {k: v for k, v in PROBE_ENV.items() if k in known}
+    except AutotuneError:
+        env = {}
+    return kept, env, notes
+
+
+def _write(out: Path, payload: dict[str, Any]) -> None:
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.replace(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m probes.vllm_features", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, metavar="DIR", help="Hugging Face checkpoint directory of the target")
+    parser.add_argument("--out", required=True, metavar="FILE", help="results JSON (rewritten after every result)")
+    parser.add_argument("--launch", action="store_true", help="also launch vLLM for each combination")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for one engine to become healthy")
+    parser.add_argument("--kv", nargs="+", default=list(KV_DTYPES), metavar="DTYPE")
+    parser.add_argument("--backends", nargs="+", default=["auto", *BACKENDS], metavar="NAME",
+                        help="'auto' = vLLM chooses")
+    parser.add_argument("--draft-k", nargs="+", type=int, default=[0], metavar="K",
+                        help="ngram draft lengths to launch")
+    parser.add_argument("--combos", metavar="LIST",
+                        help="launch only these: KV:BACKEND[:K],... (overrides --kv/--backends)")
+    parser.add_argument("--quantization", nargs="*", default=[], metavar="METHOD",
+                        help="selector: min-capability check")
+    parser.add_argument("--moe-backends", nargs="*", default=[], metavar="NAME", help="selector: --moe-backend choices")
+    parser.add_argument("--tiny", action="store_true", help="launch on a tiny random-weight mirror of --model")
+    parser.add_argument("--real-weights", action="store_true", help="load the checkpoint (no --load-format dummy)")
+    parser.add_argument("--no-eager", action="store_true", help="launch with CUDA graphs (slower starts)")
+    parser.add_argument("--golden", metavar="TEXT", help=f"require TEXT in the answer to {PROMPT!r} (real weights)")
+    parser.add_argument("--parallel", type=int, default=1, help="launches side by side after the first")
+    parser.add_argument("--budget-s", type=float, help="start no launch after this many seconds")
+    parser.add_argument("--launch-refused", action="store_true", help="also launch combos the selector refused")
+    parser.add_argument("--no-selector", action="store_true")
+    parser.add_argument("--logs", metavar="DIR", help="engine logs (default: next to --out)")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that has vLLM")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(args.logs) if args.logs else out.with_name(out.stem + "-logs")
+    head_dim, dtype = model_attention(args.model)
+    num_heads = read_model_config(args.model).get("num_attention_heads")
+    combos = parse_combos(args.combos) if args.combos else make_combos(args.kv, args.backends, args.draft_k)
+    payload: dict[str, Any] = {"model": str(args.model), "head_dim": head_dim, "dtype": dtype, "info": {}, "notes": [],
+                               "results": []}
+
+    if not args.no_selector:
+        kv_all = list(dict.fromkeys(c.kv_cache_dtype for c in combos))
+        backends_all = list(dict.fromkeys(c.attention_backend for c in combos))
+        info, results = selector_probe(head_dim=head_dim, dtype=dtype, num_heads=num_heads, kv_dtypes=kv_all,
+                                       backends=backends_all,
+                                       quantizations=args.quantization, moe_backends=args.moe_backends,
+                                       python=args.python)
+        payload["info"] = info
+        payload["results"] += [r.model_dump() for r in results]
+        _write(out, payload)
+        _print_results(results)
+
+    if args.launch:
+        skipped = [] if args.launch_refused else refused_combos(combos, payload["results"])
+        if skipped:
+            combos = [c for c in combos if c not in skipped]
+            payload["notes"].append("not launched, refused by the selector: " + "; ".join(c.label() for c in skipped))
+        model_dir = Path(args.model)
+        if args.tiny:
+            from probes.tiny_models import build, tiny_config
+
+            target = json.loads((model_dir / "config.json").read_text())
+            model_dir = build(out.with_name(out.stem + "-tiny-model"), tiny_config(target),
+                              tokenizer_from=model_dir, weights=args.real_weights)
+            payload["notes"].append(f"launched on a tiny mirror: {model_dir}")
+        base = dict(FAST_PARAMS)
+        if args.real_weights:
+            base.pop("load_format")
+        if args.no_eager:
+            base.pop("enforce_eager")
+        base, env, notes = _usable_fast_params(args.python, base)
+        payload["notes"] += notes
+        payload["launch_params"] = base
+        payload["launch_env"] = env
+
+        write_lock = threading.Lock()
+
+        def record(result: ProbeResult) -> None:  # called from the launch threads
+            with write_lock:
+                payload["results"].append(result.model_dump())
+                _write(out, payload)
+                line = f"{result.status:9s} {result.duration_s:6.1f}s {result.feature}  {result.signature or ''}"
+                print(line, flush=True)
+
+        results = launch_matrix(model_dir, combos, log_dir=log_dir, engine=VllmEngine(python=args.python),
+                                base_params=base, env=env, timeout_s=args.timeout, parallel=args.parallel,
+                                budget_s=args.budget_s, golden=args.golden, on_result=record)
+        launched = {r.feature for r in results}
+        payload["results"] = [r for r in payload["results"] if r["feature"] not in launched]
+        payload["results"] += [r.model_dump() for r in results]
+    _write(out, payload)
+    print(f"wrote {out} ({len(payload['results'])} results)")
+    for note in payload["notes"]:
+        print("note:", note)
+    return 0
+
+
+def _print_results(results: Iterable[ProbeResult]) -> None:
+    for r in results:
+        print(f"{r.status:9s} {r.feature}  {r.signature or ''}  {r.evidence[:160]}")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AutotuneError as exc:
+        sys.exit(f"error: {exc}")

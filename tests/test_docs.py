@@ -1,0 +1,52 @@
+"""Docs that must match the code: README's two commands, CI, and the CLI reference."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    top = text.split("## What a run does")[0]
+    return re.findall(r"```bash\n(.+?)\n```", top)
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = readme_commands()
+    assert len(commands) == 2
+    assert commands[0].endswith("autotune search")
+    assert commands[1].endswith("pytest")
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == readme_commands()[1]
+
+
+def test_cli_reference_is_current():
+    out = subprocess.run([sys.executable, "scripts/gen_cli_docs.py", "--check"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_every_command_has_help_and_docs():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_cli_docs
+    from autotune.cli import app
+
+    names = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert names == set(gen_cli_docs.COMMANDS)
+    for command in app.registered_commands:
+        assert (command.callback.__doc__ or "").strip(), f"{command.callback.__name__} has no help text"
+    readme = (ROOT / "README.md").read_text()
+    for name in names:
+        assert f"autotune {name}" in readme, f"README does not mention `autotune {name}`"
+
+
+def test_module_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "autotune", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.startswith("autotune ")

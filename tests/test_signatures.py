@@ -1,0 +1,226 @@
+"""The failure-signature table against log excerpts in tests/logs/.
+
+A fixture named `<failure_class>__<what>.log` must classify as that class; `clean__*.log` must
+classify as None. llama.cpp fixtures are recorded output; vLLM fixtures wrap vLLM's exact error
+strings in its log format (each file's first line says which).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import ProbeError
+from probes.signatures import (
+    GOLDEN_MISMATCH_MARKER,
+    PROBE_TIMEOUT_MARKER,
+    SIGNATURES,
+    STARTUP_TIMEOUT_MARKER,
+    UNCLASSIFIED,
+    classify,
+    classify_file,
+    knob_for_flag,
+    signature_table,
+)
+
+LOGS = Path(__file__).parent / "logs"
+FIXTURES = sorted(LOGS.glob("*__*.log"))
+# classes that only autotune's own code writes (markers), tested without a fixture below
+OWN_MARKERS = {"probe_timeout", "silent_miscompute"}
+
+
+def expected_class(path: Path) -> str | None:
+    name = path.name.split("__")[0]
+    return None if name == "clean" else name
+
+
+def engine_of(path: Path) -> str | None:
+    return "llamacpp" if "llamacpp" in path.name else "vllm" if "vllm" in path.name else None
+
+
+def read(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_fixture_classifies_as_named(path: Path) -> None:
+    want = expected_class(path)
+    for engine in {None, engine_of(path)}:
+        info = classify_file(path, engine=engine)
+        assert (info.failure_class if info else None) == want, f"engine={engine}: {info}"
+    if want is None:
+        return
+    info = classify_file(path)
+    assert "\n" not in info.message and len(info.message) <= 240
+    assert info.message.startswith(f"{want}: ")
+    assert info.evidence, "a failure carries the lines that show it"
+    assert len(info.evidence) <= 6
+    # the evidence is taken from the log itself, not paraphrased
+    log_lines = {line.rstrip() for line in path.read_text().splitlines()}
+    assert all(line in log_lines or line.endswith("...") for line in info.evidence)
+
+
+def test_every_signature_class_has_a_fixture() -> None:
+    covered = {expected_class(p) for p in FIXTURES}
+    missing = {s.failure_class for s in SIGNATURES} - covered - OWN_MARKERS
+    assert not missing, f"add a tests/logs/<class>__*.log excerpt for: {sorted(missing)}"
+
+
+def test_capabilities_section_6_substrings_are_matched() -> None:
+    # one string per row of the reference table (substring column), each must hit a row
+    rows = [
+        "ModuleNotFoundError: No module named 'flashinfer'",
+        "No valid attention backend found for cuda with AttentionSelectorConfig(head_size=64, kv_cache_dtype=nvfp4)",
+        "ValueError: Selected backend FLASHMLA is not valid for this configuration. Reason: ['compute capability not supported']",
+        "ValueError: Selected backend FLASH_ATTN is not valid for this configuration. Reason: ['kv_cache_dtype not supported']",
+        "ValueError: --kv-cache-dtype nvfp4 requires sm100f",
+        "ValueError: nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends.",
+        "FlashInfer backend currently does not support attention sinks, please use trtllm on blackwell",
+        "use_fp4_indexer_cache requires Blackwell datacenter GPUs (sm_10x)",
+        "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'",
+        "error   : Feature '.tile::gather4' not supported on .target 'sm_121a'",
+        "Instruction 'cvt with .e2m1x2' not supported on .target 'sm_121'",
+        "This kernel only supports sm[100, 120)",
+        "cutlass_gemm_caller.cuh:61 Invalid status",
+        "RuntimeError: [FP4 gemm Runner] Failed to run cutlass FP4 gemm on sm120. Error: Error Internal",
+        "RuntimeError: No compiled cutlass_scaled_mm for CUDA device capability: 121. Required capability: 90 or 100",
+        "CUDA error: no kernel image is available for execution on the device",
+        "cudaErrorNoKernelImageForDevice",
+        "RuntimeError: kernel does not support current device cuda",
+        "TllmGenFmhaRunner: Unsupported architecture",
+        "NotImplementedError: No Int8 MoE backend supports the deployment configuration.",
+        "ValueError: moe_backend='deep_gemm' is not supported for Mxfp4 MoE. Expected one of ['marlin']",
+        "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER",
+        "RuntimeError: BatchPrefillWithPagedKVCache failed with error invalid resource handle",
+        "RuntimeError: FlashInfer requires GPUs with sm75 or higher",
+        "NVRM: Out of memory [NV_ERR_NO_MEMORY]",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+        "TimeoutError: RPC call to sample_tokens timed out.",
+        "NCCL WARN Call to ibv_create_qp failed: unhandled system error",
+        "Layer model.layers.3.indexer.k_cache: page size is not divisible by the maximum page size and cannot be padded.",
+        "ValueError: Unknown vLLM environment variable detected: VLLM_MXFP4_BACKEND",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+    ]
+    for text in rows:
+        assert classify(text, engine="vllm") is not None, text
+
+
+def test_implicated_knobs_drive_pruning_only_for_config_failures() -> None:
+    cases = {
+        "kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log": ["attention_backend", "kv_cache_dtype"],
+        "kv_dtype_unsupported__vllm_nvfp4_no_backend.log": ["kv_cache_dtype"],
+        "kv_dtype_arch_gated__vllm_nvfp4_sm100f.log": ["kv_cache_dtype"],
+        "backend_arch_gated__vllm_flashmla_sm121.log": ["attention_backend"],
+        "bad_flag__vllm_invalid_choice.log": ["kv_cache_dtype"],
+        "bad_flag__vllm_cacheconfig_literal.log": ["kv_cache_dtype"],
+        "kv_quant_needs_flash_attn__llamacpp_q4_0_kv_no_flash_attn.log": ["type_v", "flash_attn"],
+        # environment and memory failures never prune a knob value
+        "missing_dependency__vllm_flashinfer.log": [],
+        "oom__vllm_cuda_oom.log": [],
+        "oom__llamacpp_kv_cache_too_large.log": [],
+        "startup_timeout__vllm_engine_ready.log": [],
+        "model_file_missing__llamacpp.log": [],
+    }
+    for name, knobs in cases.items():
+        assert classify(read(name)).implicates == knobs, name
+
+
+def test_observed_h200_failures_name_the_feature_and_the_fix() -> None:
+    info = classify(read("missing_dependency__vllm_flashinfer.log"))
+    assert info.feature == "Python package 'flashinfer'"
+    assert "flashinfer-python" in info.fix
+    info = classify(read("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log"))
+    assert any('assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}' in line for line in info.evidence)
+    assert any(line.endswith("AssertionError") for line in info.evidence)
+    info = classify(read("kv_dtype_unsupported__vllm_nvfp4_no_backend.log"))
+    assert "kv_cache_dtype=nvfp4" in info.message or "kv_cache_dtype=nvfp4" in " ".join(info.evidence)
+
+
+def test_clean_log_is_none() -> None:
+    assert classify("") is None
+    assert classify(read("clean__vllm_startup_fp8_kv.log"), engine="vllm") is None
+    assert classify(read("clean__llamacpp_q8_0_kv_flash_attn.log"), engine="llamacpp") is None
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log", "device_fault__vllm_illegal_memory_access.log"),
+        ("device_fault__vllm_illegal_memory_access.log", "kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log"),
+        ("missing_dependency__vllm_flashinfer.log", "oom__vllm_cuda_oom.log"),
+        ("oom__vllm_cuda_oom.log", "missing_dependency__vllm_flashinfer.log"),
+    ],
+)
+def test_earliest_root_cause_wins(first: str, second: str) -> None:
+    info = classify(read(first) + read(second))
+    assert info.failure_class == expected_class(LOGS / first)
+
+
+def test_weak_signature_loses_to_a_later_real_error() -> None:
+    hang = read("nccl_liveness__vllm_shm_broadcast_hang.log")
+    assert classify(hang).failure_class == "nccl_liveness"
+    later = read("kv_cache_memory__vllm_no_cache_blocks.log")
+    assert classify(hang + later).failure_class == "kv_cache_memory"
+
+
+def test_engine_filter_skips_rows_of_other_engines() -> None:
+    log = read("kv_dtype_unsupported__vllm_nvfp4_no_backend.log")
+    assert classify(log, engine="vllm").failure_class == "kv_dtype_unsupported"
+    # a llama.cpp log never holds vLLM's selector error; the traceback fallback still sees the crash
+    assert classify(log, engine="llamacpp").failure_class == UNCLASSIFIED
+    log = read("kv_quant_needs_flash_attn__llamacpp_q4_0_kv_no_flash_attn.log")
+    assert classify(log, engine="vllm").failure_class == UNCLASSIFIED
+
+
+def test_unclassified_crash_reports_root_and_outermost_exception() -> None:
+    info = classify(read("unclassified_crash__vllm_missing_weight.log"))
+    assert info.message == "unclassified_crash: KeyError: 'model.layers.0.self_attn.q_norm.weight'"
+    assert info.evidence[0].endswith("KeyError: 'model.layers.0.self_attn.q_norm.weight'")
+    assert "Engine core initialization failed" in info.evidence[-1]
+    assert info.implicates == []
+
+
+def test_no_traceback_and_no_row_is_none() -> None:
+    assert classify("RuntimeError: looks like an error but there is no traceback\n") is None
+
+
+def test_traceback_source_lines_are_not_matched_as_errors() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 3, in f\n'
+        '    raise ValueError("CUDA out of memory")  # quoted source, not the error\n'
+        "ValueError: something else entirely\n"
+    )
+    info = classify(log)
+    assert info.failure_class == UNCLASSIFIED
+    assert info.message.endswith("ValueError: something else entirely")
+
+
+def test_autotune_markers_classify() -> None:
+    assert classify(f"{PROBE_TIMEOUT_MARKER} 5 s").failure_class == "probe_timeout"
+    assert classify(f"{STARTUP_TIMEOUT_MARKER} 180 s").failure_class == "startup_timeout"
+    assert classify(f"{GOLDEN_MISMATCH_MARKER}: gibberish").failure_class == "silent_miscompute"
+
+
+def test_knob_for_flag() -> None:
+    assert knob_for_flag("--kv-cache-dtype") == "kv_cache_dtype"
+    assert knob_for_flag("-tp") == "tensor_parallel_size"
+    assert knob_for_flag("cache_dtype") == "kv_cache_dtype"
+
+
+def test_signature_table_rows() -> None:
+    rows = signature_table()
+    assert len(rows) == len(SIGNATURES)
+    for row in rows:
+        assert re.fullmatch(r"[a-z0-9_]+", row["failure_class"])
+        assert row["fix"] and row["feature"]
+        re.compile(row["pattern"])
+        if row["prunes"]:
+            assert row["implicates"] or row["knob_from_flag"], f"{row['failure_class']} prunes but names no knob"
+
+
+def test_classify_file_missing_raises_probe_error(tmp_path: Path) -> None:
+    with pytest.raises(ProbeError, match="cannot read log"):
+        classify_file(tmp_path / "nope.log")
