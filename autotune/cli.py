@@ -22,8 +22,8 @@ app = typer.Typer(
     no_args_is_help=False,
     help="Find the fastest accurate way to serve an LLM on given hardware.",
 )
-console = Console(stderr=False)
-errors = Console(stderr=True)
+console = Console(soft_wrap=True)
+errors = Console(stderr=True, soft_wrap=True)
 
 DbOption = Annotated[Path, typer.Option("--db", help="runs.db path (created on first use)")]
 SpaceOption = Annotated[
@@ -184,6 +184,17 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+INTERRUPTED = 130
+
+
+def _interrupted() -> int:
+    from autotune.launchers.process import stop_all
+
+    stop_all()
+    errors.print("interrupted: engine processes stopped; the study resumes when you run the same command")
+    return INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns known errors into one line and an exit code."""
     from autotune.launchers.process import stop_all
@@ -191,32 +202,34 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     debug = os.environ.get("AUTOTUNE_DEBUG") == "1"
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # typer turns Ctrl-C into a return of 130
+        if rc == INTERRUPTED:
+            return _interrupted()
         return rc if isinstance(rc, int) else 0
-    except KeyboardInterrupt:
-        stop_all()
-        errors.print("interrupted: engine processes stopped; the study resumes when you run the same command")
-        return 130
+    except (KeyboardInterrupt, typer.Abort):
+        return _interrupted()
     except AutotuneError as exc:
         stop_all()
         if debug:
             raise
-        errors.print(f"error: {exc}", markup=False, highlight=False)
+        errors.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return exc.exit_code
-    except (typer.Abort, typer.Exit) as exc:
-        return getattr(exc, "exit_code", 1)
-    except Exception as exc:  # click usage errors
-        import click
-
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:  # usage errors: bad option, missing value, out of range
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        return getattr(exc, "exit_code", 2)
+    except Exception as exc:
         stop_all()
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return 2
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
         if debug or "pytest" in sys.modules:
             raise
-        errors.print(f"unexpected error: {type(exc).__name__}: {exc} (set AUTOTUNE_DEBUG=1 for the traceback)")
+        errors.print(
+            f"unexpected error: {type(exc).__name__}: {exc} (set AUTOTUNE_DEBUG=1 for the traceback)",
+            markup=False,
+            soft_wrap=True,
+        )
         return 1
     finally:
         stop_all()

@@ -72,6 +72,11 @@ class ModelSpec(Strict):
     head_dim: int | None = None
     kv_layers: int | None = Field(None, description="layers that keep a full KV cache, if fewer")
     context_max: int | None = None
+    prompt_style: Literal["chat", "completion"] = Field(
+        "chat",
+        description="how accuracy prompts are sent: chat (instruction-tuned models) or completion "
+        "(base models: raw text to /v1/completions, few-shot for qeval)",
+    )
     notes: str | None = None
 
     @model_validator(mode="after")
@@ -127,6 +132,7 @@ class QevalConfig(Strict):
     seed: int = 1234
     max_tokens: int = 96
     alpha: float = Field(0.05, description="McNemar significance level for the gate")
+    concurrency: int = Field(1, ge=1, description="requests in flight while asking the tasks")
     timeout_s: float = 900.0
 
 
@@ -238,7 +244,8 @@ class LaunchSpec(Record):
 
     @property
     def server(self) -> NodeLaunch:
-        return next(n for n in self.nodes if n.role in ("server", "head"))
+        """The process that serves HTTP: the `server` entry, else the head node's."""
+        return next((n for n in self.nodes if n.role == "server"), None) or next(n for n in self.nodes if n.role == "head")
 
 
 # ---------------------------------------------------------------- measurements
@@ -339,6 +346,34 @@ class NeedleReport(Record):
         ok = [n for n in lengths if all(c.passed for c in self.cases if c.length_tokens == n)]
         status = f"pass at {', '.join(map(str, ok))} tokens" if ok else "no length passed"
         return f"needle: {status}; depths {', '.join(f'{d:.0%}' for d in depths)}"
+
+
+CheckKind = Literal["integer", "text", "choice", "sorted_words", "json", "python"]
+
+
+class QevalTask(Record):
+    """One task: the prompt, how to check the reply, and a reference answer that passes."""
+
+    id: str = Field(description="category-NNN, stable for a given seed")
+    category: str
+    prompt: str
+    check: CheckKind
+    expected: str = Field(description="reference answer; score_answer(task, expected) is True")
+    options: list[str] = Field(default_factory=list, description="choice / sorted_words: the words")
+    case_sensitive: bool = False
+    fields: dict[str, Scalar] = Field(default_factory=dict, description="json: required values")
+    function: str | None = Field(None, description="python: the function to define")
+    tests: list[str] = Field(default_factory=list, description="python: expressions that must be True")
+    max_tokens: int = Field(description="answer budget for this task")
+
+
+class McNemarResult(Record):
+    """Paired comparison of two runs over the same tasks."""
+
+    n_paired: int
+    worse: int = Field(description="b: baseline right, candidate wrong")
+    better: int = Field(description="c: candidate right, baseline wrong")
+    p_value: float = Field(description="exact two-sided binomial test on the worse + better pairs")
 
 
 class QevalReport(Record):

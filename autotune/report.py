@@ -22,6 +22,17 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def diff_label(candidate: Candidate, baseline: Candidate | None) -> str:
+    """The knobs where a candidate differs from the baseline; the baseline itself says so."""
+    if baseline is None:
+        return candidate.label()
+    changed = {k: v for k, v in candidate.params.items() if baseline.params.get(k) != v}
+    changed_env = {k: v for k, v in candidate.env.items() if baseline.env.get(k) != v}
+    if not changed and not changed_env:
+        return "(engine defaults)"
+    return Candidate(engine=candidate.engine, params=changed, env=changed_env).label()
+
+
 def _median(trial: TrialResult, name: str) -> float | None:
     m = trial.measurement(name)
     return m.median if m else None
@@ -85,7 +96,7 @@ def trials_table(outcome: StudyOutcome) -> Table:
         prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
         row = [
             f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}",
-            t.candidate.label(),
+            diff_label(t.candidate, outcome.baseline.candidate if outcome.baseline else None),
             _fmt(t.objective),
             _fmt(_median(t, "decode_tps.prose")),
             _fmt(_median(t, "decode_tps.structured")),
@@ -112,7 +123,7 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
     if best is None:
         console.print("[red]no trial ran and passed its gates: no winner[/]")
         return
-    console.print(f"[bold green]best: trial {best.number}[/] {best.candidate.label()}")
+    console.print(f"[bold green]best: trial {best.number}[/] {diff_label(best.candidate, base.candidate if base else None)}")
     if base and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
         noise = _relative_noise(best) + _relative_noise(base)

@@ -75,7 +75,8 @@ def verdict(trial: TrialResult) -> str:
         return f"skipped: {trial.reason}"
     if trial.status == "failed":
         cls = trial.failure.failure_class if trial.failure else "failed"
-        return f"failed ({cls}): {trial.reason}"
+        reason = (trial.reason or "").removeprefix(f"{cls}: ")
+        return f"failed ({cls}): {reason}"
     failed = [g for g in trial.gates if not g.passed]
     if failed:
         return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)

@@ -266,7 +266,10 @@ def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_p
     node_count = nodes or space.nodes
     space = with_cluster_parallelism(space, get_engine(space.engine), profile, node_count)
     rules, layout = rules_check(space), layout_check(space, profile, node_count)
-    kept = [c for c in enumerate_candidates(space) if rules(c) is None and layout(c) is None]
+    allowed = [c for c in enumerate_candidates(space) if rules(c) is None]
+    kept = [c for c in allowed if layout(c) is None]
     if not kept:
-        raise NoValidCandidate(f"space {space.name!r}: no candidate survives the rules and the {node_count}-node layout")
+        if allowed:
+            raise ConfigError((layout(allowed[0]) or "").removeprefix("layout: "))
+        raise NoValidCandidate(f"space {space.name!r}: the rules rule out every candidate")
     return plan_candidates(space, kept, profile, node_count)

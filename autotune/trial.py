@@ -121,17 +121,22 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
         if workload.prefill_tokens:
             events("cold prefill")
             out.measurements += await throughput.measure_prefill(
-                client, workload, needle.filler_prompt_builder(client), ctx_tokens
+                client, workload, throughput.filler_prompt_builder(client), ctx_tokens
             )
         if any(c > 1 for c in workload.concurrency):
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(client, workload)
         if ctx.accuracy and ctx.space.gates.needle:
             events("needle")
-            out.needle = await needle.run_needle(client, ctx.space.gates.needle, ctx_tokens)
+            out.needle = await needle.run_needle(
+                client, ctx.space.gates.needle, ctx_tokens, style=ctx.model.prompt_style
+            )
         if ctx.accuracy and ctx.space.gates.qeval:
             events("qeval")
-            out.qeval = await qeval.run_qeval(client, ctx.space.gates.qeval)
+            cfg = ctx.space.gates.qeval
+            out.qeval = await qeval.run_qeval(
+                client, cfg, style=ctx.model.prompt_style, concurrency=cfg.concurrency
+            )
     return out
 
 

@@ -24,6 +24,8 @@ class ChatClient(Protocol):
 
     async def chat(self, messages: Messages, max_tokens: int, **extra: Any) -> RequestResult: ...
 
+    async def complete(self, prompt: str, max_tokens: int, **extra: Any) -> RequestResult: ...
+
     async def count_tokens(self, text: str) -> int: ...
 
 
@@ -72,10 +74,9 @@ class OpenAIClient:
             return int(data["count"])
         return len(data["tokens"])
 
-    async def chat(self, messages: Messages, max_tokens: int, **extra: Any) -> RequestResult:
+    def _body(self, max_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "seed": self.seed,
@@ -83,6 +84,17 @@ class OpenAIClient:
             "stream_options": {"include_usage": True},
         }
         body.update(extra)
+        return body
+
+    async def chat(self, messages: Messages, max_tokens: int, **extra: Any) -> RequestResult:
+        """A streamed /v1/chat/completions request (the model's chat template applies)."""
+        return await self._stream("/v1/chat/completions", {"messages": messages, **self._body(max_tokens, extra)})
+
+    async def complete(self, prompt: str, max_tokens: int, **extra: Any) -> RequestResult:
+        """A streamed /v1/completions request: the raw prompt, no chat template (base models)."""
+        return await self._stream("/v1/completions", {"prompt": prompt, **self._body(max_tokens, extra)})
+
+    async def _stream(self, path: str, body: dict[str, Any]) -> RequestResult:
         t_send = self._clock()
         t_first: float | None = None
         t_last: float | None = None
@@ -91,7 +103,7 @@ class OpenAIClient:
         usage: dict[str, Any] | None = None
         finish: str | None = None
         try:
-            async with self._http.stream("POST", "/v1/chat/completions", json=body) as response:
+            async with self._http.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
                     detail = (await response.aread()).decode(errors="replace")[:500]
                     return RequestResult(ok=False, error=f"HTTP {response.status_code}: {detail}", t_send=t_send)

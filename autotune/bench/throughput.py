@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient
+from autotune.bench.needle import Haystack, fit_sentence_count
 from autotune.models import Measurement, RequestResult, Workload
 
 PromptBuilder = Callable[[int, str], Awaitable[str]]
@@ -103,6 +104,24 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
             )
         )
     return out
+
+
+def filler_prompt_builder(client: ChatClient, seed: int = 7) -> PromptBuilder:
+    """Prompts of a target length in the engine's own tokens: salt line, filler sentences, a
+    one-line request. The sentence count is fitted with the engine's tokenizer for every prompt."""
+    haystack = Haystack(seed)
+
+    def compose(salt: str, n: int) -> str:
+        return f"{salt}\n" + " ".join(haystack.sentences(n)) + "\n\nSummarize the text above in one sentence."
+
+    async def build(target_tokens: int, salt: str) -> str:
+        async def count(n: int) -> int:
+            return await client.count_tokens(compose(salt, n))
+
+        n, _ = await fit_sentence_count(count, target_tokens)
+        return compose(salt, n)
+
+    return build
 
 
 async def prefill_overhead_ms(client: ChatClient) -> float:

@@ -23,6 +23,7 @@ from typing import ClassVar
 from autotune.engines.base import Engine
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
+from autotune.launchers.cluster import Cluster, rank_env
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,28 @@ class VllmEngine(Engine):
         node = NodeLaunch(argv=argv, env=env)
         return LaunchSpec(engine=self.name, nodes=[node], port=port, health_path=self.health_path)
 
+    def render_cluster(
+        self, candidate: Candidate, model: ModelSpec, port: int, cluster: Cluster
+    ) -> LaunchSpec:
+        """The multi-node launch on Ray (NVIDIA's DGX Spark playbook): node 0 `ray start --head`,
+        every other node `ray start --address=<head>`, then `vllm serve` on node 0 with
+        `--distributed-executor-backend ray` and tensor parallelism over the whole cluster."""
+        params = cluster_params(candidate.params, cluster)
+        single = self.render(candidate.model_copy(update={"params": params}), model, port, host=cluster.bind_host)
+        env = checked_env(candidate.env)
+        nodes = [
+            NodeLaunch(
+                node=i,
+                role="head" if i == 0 else "worker",
+                argv=ray_start_argv(self.python, cluster, i),
+                env={**rank_env(cluster, i), **env},
+            )
+            for i in range(len(cluster.nodes))
+        ]
+        server_env = {**rank_env(cluster, 0), **env, "RAY_ADDRESS": cluster.ray_address}
+        nodes.append(NodeLaunch(node=0, role="server", argv=single.server.argv, env=server_env))
+        return LaunchSpec(engine=self.name, nodes=nodes, port=port, health_path=self.health_path)
+
     def validate_space(self, space: SearchSpace) -> None:
         """Knob names (base class), then: every value of every knob renders, no removed env var is set."""
         super().validate_space(space)
@@ -192,6 +215,47 @@ def option_args(params: Mapping[str, Scalar]) -> list[str]:
         mode = str(params["cudagraph_mode"]).upper()
         args += ["--compilation-config", json.dumps({"cudagraph_mode": mode}, separators=(",", ":"))]
     return args
+
+
+RAY_CLI_MODULE = "ray.scripts.scripts"  # what the `ray` console script runs
+
+
+def cluster_params(params: Mapping[str, Scalar], cluster: Cluster) -> dict[str, Scalar]:
+    """The candidate's knobs for a Ray launch over `cluster`: executor `ray`, and TP x PP equal to
+    the cluster's devices (TP fills what the candidate leaves unset)."""
+    backend = params.get("distributed_executor_backend")
+    if backend not in (None, "ray"):
+        raise ConfigError(
+            f"a Ray cluster launch needs distributed_executor_backend=ray, the candidate has {backend!r}"
+        )
+    out = {**params, "distributed_executor_backend": "ray"}
+    tp, pp = params.get("tensor_parallel_size"), params.get("pipeline_parallel_size")
+    pp_size = 1 if pp is None else _int("pipeline_parallel_size", pp)
+    tp_size = cluster.devices // max(pp_size, 1) if tp is None else _int("tensor_parallel_size", tp)
+    if tp_size * pp_size != cluster.devices:
+        raise ConfigError(
+            f"tensor_parallel_size {tp_size} x pipeline_parallel_size {pp_size} = {tp_size * pp_size} ranks, "
+            f"but the cluster holds {cluster.devices} ({len(cluster.nodes)} nodes x {max(cluster.gpus_per_node, 1)})"
+        )
+    out["tensor_parallel_size"] = tp_size
+    return out
+
+
+def ray_start_argv(python: str, cluster: Cluster, index: int) -> list[str]:
+    """`ray start` for node `index`: the head on node 0, a worker joining it elsewhere. `--block`
+    keeps it in the foreground, so the launcher owns it and SIGTERM stops that node's Ray."""
+    node = cluster.nodes[index]
+    argv = [python, "-m", RAY_CLI_MODULE, "start"]
+    if index == 0:
+        argv += ["--head", "--port", str(cluster.ray_port)]
+    else:
+        argv += [f"--address={cluster.ray_address}"]
+    argv += ["--node-ip-address", node.ip, "--num-gpus", str(cluster.gpus_per_node)]
+    if node.num_cpus is not None:
+        argv += ["--num-cpus", str(node.num_cpus)]
+    if node.temp_dir is not None:
+        argv += ["--temp-dir", node.temp_dir]
+    return argv + ["--disable-usage-stats", "--block"]
 
 
 def speculative_config(params: Mapping[str, Scalar]) -> dict[str, Scalar] | None:

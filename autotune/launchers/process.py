@@ -43,12 +43,29 @@ def stop_all() -> None:
 
 
 def tail(path: Path, max_bytes: int = 20_000) -> str:
+    """The last `max_bytes` of a log."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def read_log(path: Path, head_bytes: int = 1_000_000, tail_bytes: int = 2_000_000) -> str:
+    """The log, or its head and tail when it is large: engines report what they selected at
+    start-up and the error that ended them at the end."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            return fh.read().decode(errors="replace")
+            fh.seek(0)
+            if size <= head_bytes + tail_bytes:
+                return fh.read().decode(errors="replace")
+            head = fh.read(head_bytes)
+            fh.seek(size - tail_bytes)
+            return (head + b"\n[... log cut ...]\n" + fh.read()).decode(errors="replace")
     except OSError:
         return ""
 
@@ -139,7 +156,7 @@ class ServerProcess:
     def log_text(self) -> str:
         if self._log:
             self._log.flush()
-        return tail(self.log_path)
+        return read_log(self.log_path)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the whole group, then SIGKILL whatever is left after `grace_s`."""

@@ -1,0 +1,163 @@
+"""Bad input: one clear line, a non-zero exit, and runs.db untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.space import load_space
+
+GOOD = """
+name: tiny
+engine: llamacpp
+model: {name: m, path: MODEL}
+knobs:
+  - {name: n_threads, values: [1, 2], default: 1}
+"""
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """An existing runs.db holding one study, to prove bad input leaves it as it was."""
+    from autotune.models import Candidate, TrialResult
+    from autotune.store import Store
+
+    store = Store(tmp_path / "runs.db")
+    store.db["tuning_studies"].insert(
+        {"name": "old", "space_name": "tiny", "engine": "llamacpp", "hardware": "cpu", "nodes": 1, "host_key": "h",
+         "space": load_space("llamacpp-gemma3-270m").model_dump_json(), "created_at": "2026-11-29T00:00:00+00:00"}
+    )
+    store.save_trial(TrialResult(study="old", number=0, candidate=Candidate(engine="llamacpp", params={}), status="skipped", reason="x"))
+    return tmp_path / "runs.db"
+
+
+def run(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def space_file(tmp_path: Path, text: str) -> str:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    path = tmp_path / "space.yaml"
+    path.write_text(text.replace("MODEL", str(model)))
+    return str(path)
+
+
+CASES = {
+    "malformed yaml": ("name: [unclosed\n", "malformed YAML at line"),
+    "unknown key": (GOOD + "colour: blue\n", "unknown key 'colour'"),
+    "unknown engine": (GOOD.replace("engine: llamacpp", "engine: tgi"), "unknown engine 'tgi'; known engines: llamacpp, vllm"),
+    "unknown knob": (GOOD + "  - {name: n_warp, values: [1], default: 1}\n", "engine 'llamacpp' has no knob 'n_warp'"),
+    "missing model": (GOOD.replace("path: MODEL", "path: /nonexistent/model.gguf"), "model file /nonexistent/model.gguf does not exist"),
+    "no valid candidate": (
+        GOOD + "rules:\n  - {when: {n_threads: [1, 2]}, then: {n_threads: [4]}, reason: never}\n",
+        "the rules rule out all 2 candidates",
+    ),
+    "bad value type": (GOOD.replace("values: [1, 2]", "values: 3"), "knobs.0.values"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_space_exits_2_and_leaves_db_untouched(case, tmp_path, db, capsys):
+    text, message = CASES[case]
+    before = digest(db)
+    code, out = run(capsys, "search", "--space", space_file(tmp_path, text), "--db", str(db))
+    assert code == 2, out
+    assert message in out
+    assert out.strip().startswith("error:") and len(out.strip().splitlines()) <= 3
+    assert digest(db) == before
+
+
+def test_unknown_space_name(capsys, db):
+    code, out = run(capsys, "search", "--space", "no-such", "--db", str(db))
+    assert code == 2 and "unknown search space 'no-such'" in out
+
+
+def test_unwritable_db_path(tmp_path, capsys):
+    code, out = run(capsys, "search", "--space", space_file(tmp_path, GOOD), "--db", str(tmp_path / "missing" / "runs.db"))
+    assert code == 2 and "does not exist" in out
+    assert not (tmp_path / "missing").exists()
+
+
+def test_read_only_folder(tmp_path, capsys, monkeypatch):
+    # the suite may run as root, who can write anywhere: deny writing the way the OS would
+    import os
+
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
+    code, out = run(capsys, "search", "--space", space_file(tmp_path, GOOD), "--db", str(tmp_path / "runs.db"))
+    assert code == 2 and "permission denied" in out
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_db_that_is_not_sqlite(tmp_path, capsys):
+    bad = tmp_path / "runs.db"
+    bad.write_text("not a database\n" * 50)
+    before = digest(bad)
+    code, out = run(capsys, "show", "--db", str(bad))
+    assert code == 2 and "cannot use" in out
+    assert digest(bad) == before
+
+
+def test_show_without_db_does_not_create_one(tmp_path, capsys):
+    code, out = run(capsys, "show", "--db", str(tmp_path / "runs.db"))
+    assert code == 2 and "no database" in out
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_show_and_export_unknown_study(db, capsys):
+    code, out = run(capsys, "show", "--db", str(db), "--study", "nope")
+    assert code == 2 and "no study 'nope'" in out
+
+
+def test_export_study_without_winner(db, capsys):
+    code, out = run(capsys, "export", "--db", str(db), "--study", "old")
+    assert code == 2 and "nothing to export" in out
+
+
+def test_usage_error_exits_2(capsys):
+    code, out = run(capsys, "search", "--trials", "0")
+    assert code == 2
+
+
+def test_classify_a_log(capsys):
+    log = Path(__file__).parent / "logs" / "kv_quant_needs_flash_attn__llamacpp_q4_0_kv_no_flash_attn.log"
+    code, out = run(capsys, "probe", "--classify", str(log))
+    assert code == 0
+    assert "kv_quant_needs_flash_attn" in out and "quantized V cache requires flash_attn" in out
+
+
+def test_classify_clean_log(capsys):
+    log = Path(__file__).parent / "logs" / "clean__llamacpp_q8_0_kv_flash_attn.log"
+    code, out = run(capsys, "probe", "--classify", str(log))
+    assert code == 0 and "shows no known failure" in out
+
+
+def test_classify_missing_file(capsys, tmp_path):
+    code, out = run(capsys, "probe", "--classify", str(tmp_path / "nope.log"))
+    assert code == 2 and "cannot read log" in out
+
+
+def test_plan_spark_four_nodes(capsys):
+    code, out = run(capsys, "plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "4")
+    assert code == 0, out
+    assert "tok/s" in out or "decode" in out
+
+
+def test_plan_layout_mismatch(capsys):
+    code, out = run(capsys, "plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "3")
+    assert code == 2 and "--nodes 3 on spark" in out
+
+
+def test_unknown_hardware(capsys):
+    code, out = run(capsys, "plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "tpu9")
+    assert code == 2 and "tpu9" in out
