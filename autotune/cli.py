@@ -63,6 +63,10 @@ def search(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print each surviving candidate's launch; launch nothing")] = False,
     logs: Annotated[Path, typer.Option("--logs", help="folder for engine logs")] = Path("autotune-logs"),
     seed: Annotated[int, typer.Option("--seed", help="sampler seed")] = 0,
+    tries: Annotated[
+        Optional[list[str]],
+        typer.Option("--try", help="KNOB=VALUE,... a candidate to run right after the baseline (repeatable)"),
+    ] = None,
     confirm_rounds: Annotated[
         int, typer.Option("--confirm-rounds", min=0, help="re-launch best and baseline alternately this many times (0: off)")
     ] = 2,
@@ -80,12 +84,17 @@ def search(
         accuracy=not no_accuracy,
         logs_dir=logs,
         dry_run=dry_run,
+        tries=tries,
     )
     if dry_run:
         report.print_dry_run(console, plan)
         return
     outcome = search_lib.run(
-        plan, trials=trials, seed=seed, confirm_rounds=confirm_rounds, reporter=report.RichReporter(console)
+        plan,
+        trials=trials,
+        seed=seed,
+        confirm_rounds=confirm_rounds,
+        reporter=report.RichReporter(console),
     )
     report.print_outcome(console, plan, outcome)
 
@@ -137,6 +146,9 @@ def probe(
     classify: Annotated[Optional[Path], typer.Option("--classify", help="classify an engine log file; probe nothing")] = None,
     skip_engine: Annotated[bool, typer.Option("--no-engine", help="device and kernels only")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per probe")] = 300.0,
+    budget: Annotated[
+        float, typer.Option("--budget", help="seconds after which no new engine launch starts (vLLM)")
+    ] = 480.0,
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
     from autotune import probing
@@ -155,6 +167,7 @@ def probe(
         refresh=refresh,
         engine_probes=not skip_engine,
         timeout_s=timeout,
+        budget_s=budget,
     )
     if as_json:
         console.print_json(result.model_dump_json())

@@ -3,10 +3,11 @@ fingerprint in runs.db and reused until --refresh. `autotune search` prunes with
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from autotune.engines import get_engine
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, ProbeError
 from autotune.model_files import resolve_model
 from autotune.models import FailureInfo, ProbeReport, ProbeResult
 from autotune.search import check_writable, detect_device, fingerprint
@@ -24,15 +25,32 @@ def classify_log(path: Path) -> FailureInfo | None:
     return classify(text)
 
 
-def run_engine_probes(engine_name: str, model_path: str, timeout_s: float) -> list[ProbeResult]:
+def vllm_probes(model_path: str, timeout_s: float, logs_dir: Path, budget_s: float = 480.0) -> list[ProbeResult]:
+    """vLLM's own selectors first (a prior), then real launches of every KV dtype x attention
+    backend the selectors accept (eager, real weights, golden answer), within `budget_s`."""
+    from probes.vllm_features import main as vllm_features_main
+
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    out = logs_dir / "vllm_features.json"
+    argv = ["--model", model_path, "--out", str(out), "--logs", str(logs_dir), "--launch", "--real-weights"]
+    argv += ["--golden", "Paris", "--parallel", "3", "--timeout", f"{timeout_s:g}", "--budget-s", f"{budget_s:g}"]
+    # FlashInfer JIT-compiles its kernels on first use (minutes): launch it last, inside the budget
+    argv += ["--backends", "auto", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
+    code = vllm_features_main(argv)
+    if not out.exists():
+        raise ProbeError(f"vLLM feature probes wrote no results (exit {code}); logs in {logs_dir}")
+    return [ProbeResult.model_validate(r) for r in json.loads(out.read_text())["results"]]
+
+
+def run_engine_probes(
+    engine_name: str, model_path: str, timeout_s: float, budget_s: float, logs_dir: Path
+) -> list[ProbeResult]:
     if engine_name == "llamacpp":
         from probes.llamacpp_features import probe_llamacpp
 
         return probe_llamacpp(model_path, timeout_s=timeout_s)
     if engine_name == "vllm":
-        from probes.vllm_features import probe_vllm
-
-        return probe_vllm(model_path, timeout_s=timeout_s)
+        return vllm_probes(model_path, timeout_s, logs_dir, budget_s)
     raise ConfigError(f"no feature probes for engine {engine_name!r}")
 
 
@@ -44,6 +62,8 @@ def probe(
     refresh: bool,
     engine_probes: bool = True,
     timeout_s: float = 300.0,
+    budget_s: float = 480.0,
+    logs_dir: Path = Path("autotune-logs") / "probe",
 ) -> ProbeReport:
     space = load_space(space_name)
     engine = get_engine(space.engine)
@@ -65,7 +85,7 @@ def probe(
     results = run_kernel_probes(timeout_s=min(timeout_s, 180.0))
     if engine_probes:
         assert model.path
-        results += run_engine_probes(engine.name, model.path, timeout_s)
+        results += run_engine_probes(engine.name, model.path, timeout_s, budget_s, logs_dir)
     store.save_probe_results(host_key, results)
     return ProbeReport(device=device, engine=engine.name, engine_version=engine.version(), host_key=host_key, results=results)
 

@@ -20,7 +20,7 @@ from autotune.models import Candidate, DeviceIdentity, HardwareProfile, HostFing
 from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.recipe import recipe_from_trial, to_yaml
-from autotune.space import Pruner, enumerate_candidates, load_space, probes_check, rules_check
+from autotune.space import Pruner, enumerate_candidates, load_space, make_candidate, probes_check, rules_check
 from autotune.store import Store
 from autotune.confirm import confirm
 from autotune.study import Reporter, StudyOutcome, Tuner, free_port, outcome_of
@@ -44,6 +44,7 @@ class SearchPlan(BaseModel):
     ctx: TrialContext
     candidates_total: int
     candidates_after_rules: int
+    first: list[Candidate] = []
 
 
 def detect_device() -> DeviceIdentity:
@@ -112,12 +113,15 @@ def prepare(
     accuracy: bool,
     logs_dir: Path,
     dry_run: bool = False,
+    tries: list[str] | None = None,
 ) -> SearchPlan:
     space = load_space(space_name)
+    first = parse_tries(space, tries or [])
     engine = get_engine(space.engine)
     engine.validate_space(space)
     if not dry_run:
         engine.check_available()
+        engine.preflight(space)
     try:
         model = resolve_model(space.model, model_path)
     except ModelNotFound:
@@ -167,6 +171,7 @@ def prepare(
         ctx=ctx,
         candidates_total=total,
         candidates_after_rules=after_rules,
+        first=first,
     )
 
 
@@ -181,6 +186,25 @@ def predicted_order(plan: SearchPlan):
         return [c for tps, c in sorted(scored, key=lambda x: -(x[0] or 0.0))]
 
     return order
+
+
+def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:
+    """`--try kv_cache_dtype=fp8,draft_k=4` -> the candidate with those knob values (others at default)."""
+    knobs = {k.name: k for k in space.knobs}
+    out = []
+    for text in tries:
+        tuned = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, raw = part.partition("=")
+            if not sep or name not in knobs:
+                raise ConfigError(f"--try {text!r}: {part!r} is not KNOB=VALUE for a knob of {space.name!r}")
+            matches = [v for v in knobs[name].values if str(v).lower() == raw.lower() or (v is None and raw in ("null", "none", "auto"))]
+            if not matches:
+                allowed = ", ".join(map(str, knobs[name].values))
+                raise ConfigError(f"--try {text!r}: {name} has no value {raw!r}; values: {allowed}")
+            tuned[name] = matches[0]
+        out.append(make_candidate(space, {**space.baseline_params(), **tuned}))
+    return out
 
 
 def run(
@@ -202,6 +226,7 @@ def run(
         trials=trials,
         seed=seed,
         order=predicted_order(plan),
+        first=plan.first,
         reporter=reporter,
     )
     result = tuner.run()

@@ -107,6 +107,7 @@ class Tuner:
         trials: int,
         seed: int = 0,
         order: Callable[[list[Candidate]], list[Candidate]] | None = None,
+        first: list[Candidate] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         self.ctx = ctx
@@ -116,6 +117,7 @@ class Tuner:
         self.trials = trials
         self.seed = seed
         self.order = order
+        self.first = first or []
         self.reporter = reporter or SilentReporter()
         pruner.add(self._learned_failure)
 
@@ -145,9 +147,20 @@ class Tuner:
         fresh = [c for c in enumerate_candidates(self.ctx.space) if c.key() not in tried]
         return [c for c in fresh if self.pruner.reason(c) is None]
 
+    def _knob_values(self, candidate: Candidate) -> dict[str, Scalar]:
+        return {k.name: candidate.params.get(k.name, candidate.env.get(k.name)) for k in self.ctx.space.knobs}
+
     def _enqueue(self, study: optuna.Study, candidate: Candidate) -> None:
-        params = {k.name: candidate.params.get(k.name, candidate.env.get(k.name)) for k in self.ctx.space.knobs}
-        study.enqueue_trial(params, skip_if_exists=False)
+        study.enqueue_trial(self._knob_values(candidate), skip_if_exists=False)
+
+    def _enqueue_missing(self, study: optuna.Study, candidates: list[Candidate]) -> None:
+        """On resume: queue the requested first candidates that were neither measured nor queued."""
+        queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        waiting = [t.system_attrs.get("fixed_params", t.params) for t in queued]
+        for candidate in candidates:
+            measured = self.store.trial_by_candidate(self.ctx.study, candidate) is not None
+            if not measured and self._knob_values(candidate) not in waiting:
+                self._enqueue(study, candidate)
 
     def run(self) -> StudyOutcome:
         space = self.ctx.space
@@ -155,15 +168,20 @@ class Tuner:
         existing = self.store.trials(self.ctx.study)
         launched = sum(1 for t in existing if t.status != "skipped")
         remaining = self._untried_feasible()
-        if not existing:
+        if existing:
+            self._enqueue_missing(study, self.first)
+        else:
             if not remaining and self.pruner.reason(baseline(space)) is not None:
                 raise NoValidCandidate(
                     f"space {space.name!r}: every candidate is ruled out before launching "
                     f"(baseline: {self.pruner.reason(baseline(space))})"
                 )
             self._enqueue(study, baseline(space))
-            for candidate in (self.order(remaining) if self.order else [])[:3]:
-                if candidate.key() != baseline(space).key():
+            predicted = (self.order(remaining) if self.order else [])[:3]
+            queued = {baseline(space).key()}
+            for candidate in [*self.first, *predicted]:
+                if candidate.key() not in queued:
+                    queued.add(candidate.key())
                     self._enqueue(study, candidate)
         rng = random.Random(self.seed)
         idle = 0
@@ -199,7 +217,11 @@ class Tuner:
             launched += 1
             self.reporter.trial_started(trial.number, launched, self.trials, candidate)
             ctx = self.ctx.model_copy(update={"port": free_port()})
-            result = run_trial(ctx, candidate, trial.number, self.reporter.trial_event)
+            try:
+                result = run_trial(ctx, candidate, trial.number, self.reporter.trial_event)
+            except KeyboardInterrupt:
+                study.tell(trial, state=TrialState.FAIL)  # not measured: a resumed study may try it again
+                raise
             base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
             result = result.model_copy(update={"gates": evaluate_gates(result, base, space.gates)})
             self.store.save_trial(result)

@@ -36,6 +36,10 @@ class Engine(ABC):
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         """The exact argv + env that serve `candidate` on `host:port`."""
 
+    def preflight(self, space: SearchSpace) -> None:
+        """Checks against the installed engine before any launch (e.g. flag names); raise
+        ConfigError when the space asks for something this engine version does not have."""
+
     def classify(self, log_text: str) -> FailureInfo | None:
         """The failure this log shows, from the shared signature table; None when it shows none."""
         from probes.signatures import classify

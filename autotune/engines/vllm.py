@@ -108,6 +108,9 @@ class VllmEngine(Engine):
 
     # ------------------------------------------------------------------ rendering
 
+    def preflight(self, space: SearchSpace) -> None:
+        check_space_flags(space, self.python)
+
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         if candidate.engine != self.name:
             raise ConfigError(f"candidate is for engine {candidate.engine!r}, not {self.name!r}")

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU session on a lent H200 machine, in stages that each fit one 10-minute call, run back to
+# back (the machine is given back 30 s after a call). Results go to $OUT; runs.db and logs persist
+# in /tmp/autotune between stages.
+#   bash scripts/gpu/session.sh setup   # install the carried bundle, convert Gemma, probe
+#   bash scripts/gpu/session.sh study1  # baseline + first tuned trials
+#   bash scripts/gpu/session.sh study2  # more trials, cross-check against vllm bench serve, export
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+W=/tmp/autotune; DB=$W/runs.db; MODEL=/tmp/gemma-hf
+mkdir -p "$W/logs"
+at="python3 -m autotune"
+space=(--space vllm-gemma3-270m --model "$MODEL" --db "$DB" --logs "$W/logs" --confirm-rounds 0)
+tries=(--try kv_cache_dtype=fp8 --try attention_backend=TRITON_ATTN,max_num_seqs=32,max_num_batched_tokens=2048
+       --try draft_k=4 --try enforce_eager=true)
+save() { cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null; }
+case "${1:-}" in
+setup)
+  (cd /tmp/gpu-bundle && cat part* | tar x && bash stage/install-on-device) || exit 1
+  python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out "$MODEL" || exit 1
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+  python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm_serve_help_all.txt" 2>&1
+  timeout 420 $at probe --space vllm-gemma3-270m --model "$MODEL" --db "$DB" --timeout 240 --budget 130 \
+    --json > "$OUT/probe.json" 2> "$OUT/probe.err"
+  $at probe --space vllm-gemma3-270m --db "$DB" --no-engine > "$OUT/probe.txt" 2>&1
+  cp -r autotune-logs/probe "$W/logs/" 2>/dev/null
+  save ;;
+study1)
+  timeout 540 $at search "${space[@]}" --trials 3 "${tries[@]}" > "$OUT/study1.txt" 2>&1
+  save ;;
+study2)
+  timeout 400 $at search "${space[@]}" --trials 5 "${tries[@]}" > "$OUT/study2.txt" 2>&1
+  timeout 170 python3 benchmarks/crosscheck_vllm_bench.py --model "$MODEL" --out "$W/xcheck" > "$OUT/crosscheck.txt" 2>&1
+  cp "$W/xcheck/crosscheck.json" "$OUT/" 2>/dev/null
+  COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
+  $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
+  save ;;
+*) echo "usage: $0 setup|study1|study2" >&2; exit 2 ;;
+esac

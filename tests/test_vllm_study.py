@@ -1,0 +1,103 @@
+"""autotune's vLLM path end to end against a FAKE vLLM (tests/fakes/vllm_site.py): flag check,
+launch argv, health, streaming, tokenize, metrics, what-was-selected parsing, learned failures,
+recipe. The real thing ran on an H200 (docs/measurements.md); this keeps the wiring honest in CI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.cli import main
+from autotune.engines import vllm as vllm_engine
+from autotune.store import Store
+from fakes.vllm_site import write_fake_vllm
+
+SPACE = """
+name: fake-vllm
+engine: vllm
+model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
+        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
+fixed: {{max_model_len: 4096, gpu_memory_utilization: 0.5, spec_method: ngram}}
+knobs:
+  - {{name: kv_cache_dtype, values: [auto, nvfp4], default: auto}}
+  - {{name: draft_k, values: [0, 4], default: 0}}
+workload:
+  decode_max_tokens: 32
+  prompts_per_set: 1
+  repeats: 2
+  prefill_tokens: [300]
+  prefill_repeats: 1
+  concurrency: [1, 4]
+  startup_timeout_s: 60
+gates:
+  needle: {{lengths_tokens: [400], depths: [0.5], timeout_s: 60}}
+  qeval: {{tasks: 6, concurrency: 3, timeout_s: 60}}
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    site = write_fake_vllm(tmp_path / "fake_site")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}))
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE.format(model=model))
+    return space
+
+
+def test_vllm_study_against_the_fake(fake, tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(fake), "--db", str(db), "--trials", "4", "--confirm-rounds", "0", "--study", "v"]
+    assert main(args) == 0, capsys.readouterr().out
+    trials = {t.number: t for t in Store(db).trials("v")}
+    base = trials[0]
+    assert base.status == "ok"
+    argv = base.launch.server.argv
+    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    assert base.selected.get("attention_backend") == "FLASH_ATTN"
+    assert base.needle and all(c.passed for c in base.needle.cases)
+    assert base.qeval and base.qeval.total == 6
+    assert base.measurement("output_tps.c4").median > 0
+    nvfp4 = [t for t in trials.values() if t.candidate.params["kv_cache_dtype"] == "nvfp4"]
+    failed = [t for t in nvfp4 if t.status == "failed"]
+    assert len(failed) == 1 and failed[0].failure.failure_class.startswith("kv_dtype")
+    assert all(t.status == "skipped" for t in nvfp4 if t not in failed)
+    spec = next(t for t in trials.values() if t.status == "ok" and t.candidate.params["draft_k"] == 4)
+    assert spec.measurement("spec_acceptance_length").median == pytest.approx(2.0)
+    assert spec.measurement("tokens_per_chunk.prose").median == pytest.approx(2.0, rel=0.1)
+    assert '"num_speculative_tokens": 4' in " ".join(spec.launch.server.argv).replace("'", '"') or any(
+        "num_speculative_tokens" in a for a in spec.launch.server.argv
+    )
+    out = tmp_path / "r.yaml"
+    assert main(["export", "--db", str(db), "--study", "v", "-o", str(out)]) == 0
+    recipe = yaml.safe_load(out.read_text())
+    assert recipe["engine"] == "vllm" and recipe["selected"]["attention_backend"] == "FLASH_ATTN"
+    assert sys.executable not in out.read_text()
+
+
+def test_space_naming_a_flag_this_vllm_lacks_is_refused(fake, tmp_path, capsys):
+    text = fake.read_text().replace("knobs:", "knobs:\n  - {name: linear_backend, values: [null, cutlass], default: null}")
+    fake.write_text(text)
+    help_lines = Path(vllm_engine.__file__)  # noqa: F841 (the fake's help is the recorded 0.26.0 one)
+    # the recorded 0.26.0 help has --linear-backend, so this space passes; drop it to act as an older vLLM
+    recorded = (Path(__file__).parent / "logs" / "vllm_serve_help_all.txt").read_text()
+    older = tmp_path / "older_help.txt"
+    older.write_text("\n".join(line for line in recorded.splitlines() if "--linear-backend" not in line))
+    main_py = tmp_path / "fake_site" / "vllm" / "entrypoints" / "cli" / "main.py"
+    main_py.write_text(main_py.read_text().replace(str(Path(__file__).parent / "logs" / "vllm_serve_help_all.txt"), str(older)))
+    code = main(["search", "--space", str(fake), "--db", str(tmp_path / "runs.db")])
+    out = capsys.readouterr()
+    assert code == 2
+    assert "has no option --linear-backend (knob linear_backend)" in out.err
+    assert not (tmp_path / "runs.db").exists()
