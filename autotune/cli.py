@@ -67,6 +67,12 @@ def search(
         Optional[list[str]],
         typer.Option("--try", help="KNOB=VALUE,... a candidate to run right after the baseline (repeatable)"),
     ] = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="YAML describing the boxes (Docker daemons, IPs, NICs)")
+    ] = None,
+    launcher: Annotated[
+        Optional[str], typer.Option("--launcher", help="process, ray or docker (default: the space's)")
+    ] = None,
     confirm_rounds: Annotated[
         int, typer.Option("--confirm-rounds", min=0, help="re-launch best and baseline alternately this many times (0: off)")
     ] = 2,
@@ -85,6 +91,8 @@ def search(
         logs_dir=logs,
         dry_run=dry_run,
         tries=tries,
+        cluster_file=cluster,
+        launcher=launcher,
     )
     if dry_run:
         report.print_dry_run(console, plan)
@@ -124,12 +132,23 @@ def export(
     study: StudyOption = None,
     trial: Annotated[Optional[int], typer.Option("--trial", help="trial number (default: the best)")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here")] = None,
+    predicted: Annotated[
+        bool, typer.Option("--predicted", help="no study: the best-predicted candidate of --space, marked predicted")
+    ] = False,
+    space: Annotated[Optional[str], typer.Option("--space", "-s", help="with --predicted: the space to plan")] = None,
+    hardware: HardwareOption = None,
+    nodes: NodesOption = None,
 ) -> None:
     """Write the winning (or a chosen) trial as a recipe YAML."""
     from autotune import search as search_lib
 
-    store = search_lib.open_store(db, must_exist=True)
-    text = search_lib.export_recipe(store, study, trial, output)
+    if predicted:
+        if space is None:
+            raise ConfigError("--predicted needs --space (the space to plan); it reads no study")
+        text = search_lib.predicted_recipe(space, hardware, nodes, None, output)
+    else:
+        store = search_lib.open_store(db, must_exist=True)
+        text = search_lib.export_recipe(store, study, trial, output)
     if output is None:
         console.print(text, markup=False, highlight=False)
     else:
@@ -200,18 +219,23 @@ def _sigterm(signum: int, frame: object) -> None:
 INTERRUPTED = 130
 
 
-def _interrupted() -> int:
-    from autotune.launchers.process import stop_all
+def _stop_engines() -> None:
+    from autotune.launchers import docker, process, ray
 
-    stop_all()
+    process.stop_all()
+    ray.stop_all()
+    docker.stop_all()
+
+
+def _interrupted() -> int:
+    _stop_engines()
     errors.print("interrupted: engine processes stopped; the study resumes when you run the same command")
     return INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns known errors into one line and an exit code."""
-    from autotune.launchers.process import stop_all
-
+    stop_all = _stop_engines
     signal.signal(signal.SIGTERM, _sigterm)
     debug = os.environ.get("AUTOTUNE_DEBUG") == "1"
     try:

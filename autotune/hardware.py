@@ -21,9 +21,7 @@ from autotune.models import Candidate, DeviceIdentity, GpuIdentity, HardwareProf
 PROFILES_FILE = "hardware_profiles.yaml"
 GIB_IN_GB = 1024**3 / 1e9  # probes/device.py reports memory in GiB; profiles use GB
 
-# Profile keys that HardwareProfile does not have yet.
-# TODO(lead): move to models.py as HardwareProfile fields (see PlannerFacts).
-PENDING_FIELDS = (
+PLANNER_FIELDS = (
     "decode_efficiency",
     "prefill_efficiency",
     "allreduce_step_us",
@@ -34,15 +32,7 @@ PENDING_FIELDS = (
 
 @dataclass(frozen=True)
 class PlannerFacts:
-    """The planner's per-profile numbers that HardwareProfile lacks (see hardware_profiles.yaml).
-
-    TODO(lead): move to models.py as HardwareProfile fields:
-      decode_efficiency: float | None  (measured / roofline decode, fitted)
-      prefill_efficiency: float | None (measured / roofline prefill, fitted)
-      allreduce_step_us: float | None  (one ring step between nodes, fitted)
-      intra_node_allreduce_us: float | None
-      nominal_cores: int | None        (cpu profile only)
-    """
+    """The fitted numbers of a profile the planner uses (HardwareProfile fields of the same names)."""
 
     decode_efficiency: float | None = None
     prefill_efficiency: float | None = None
@@ -60,29 +50,24 @@ def _raw() -> dict[str, Any]:
     return data
 
 
-def _split(name: str, entry: dict[str, Any]) -> tuple[HardwareProfile, PlannerFacts]:
-    fields = dict(entry)
-    pending = {}
-    for key in PENDING_FIELDS:
-        if key in fields and key not in HardwareProfile.model_fields:
-            pending[key] = fields.pop(key)
+def _load(name: str, entry: dict[str, Any]) -> HardwareProfile:
     try:
-        profile = HardwareProfile.model_validate(fields)
+        profile = HardwareProfile.model_validate(entry)
     except ValidationError as exc:
         raise ConfigError(f"{PROFILES_FILE}: profile {name!r}: {exc.errors()[0]['msg']}") from exc
     if profile.name != name:
         raise ConfigError(f"{PROFILES_FILE}: profile key {name!r} has name {profile.name!r}")
-    return profile, PlannerFacts(**pending)
+    return profile
 
 
 @lru_cache(maxsize=1)
-def _loaded() -> dict[str, tuple[HardwareProfile, PlannerFacts]]:
-    return {name: _split(name, entry) for name, entry in _raw()["profiles"].items()}
+def _loaded() -> dict[str, HardwareProfile]:
+    return {name: _load(name, entry) for name, entry in _raw()["profiles"].items()}
 
 
 def load_profiles() -> dict[str, HardwareProfile]:
     """Every built-in profile by name."""
-    return {name: profile.model_copy(deep=True) for name, (profile, _) in _loaded().items()}
+    return {name: profile.model_copy(deep=True) for name, profile in _loaded().items()}
 
 
 def get_profile(name: str) -> HardwareProfile:
@@ -92,16 +77,12 @@ def get_profile(name: str) -> HardwareProfile:
         raise ConfigError(
             f"unknown hardware profile {name!r}; known: {', '.join(sorted(loaded))}, or 'auto'"
         )
-    return loaded[name][0].model_copy(deep=True)
+    return loaded[name].model_copy(deep=True)
 
 
 def planner_facts(profile: HardwareProfile) -> PlannerFacts:
-    """The planner numbers for `profile`: its own fields once models.py has them, else the table
-    from hardware_profiles.yaml (keyed by name; a profile derived by `resolve_hardware` keeps the
-    name of the built-in one it came from)."""
-    base = _loaded().get(profile.name, (None, PlannerFacts()))[1]
-    own = {k: getattr(profile, k) for k in PENDING_FIELDS if k in HardwareProfile.model_fields}
-    return PlannerFacts(**{**base.__dict__, **own}) if own else base
+    """The planner numbers of `profile`."""
+    return PlannerFacts(**{k: getattr(profile, k) for k in PLANNER_FIELDS})
 
 
 def calibration_points(profile_name: str) -> dict[str, list[dict[str, Any]]]:
@@ -130,8 +111,8 @@ def _match(gpu: GpuIdentity) -> str | None:
 
 
 def _cpu_profile(device: DeviceIdentity) -> HardwareProfile:
-    base, facts = _loaded()["cpu"]
-    scale = device.cpu_cores / (facts.nominal_cores or device.cpu_cores)
+    base = _loaded()["cpu"]
+    scale = device.cpu_cores / (base.nominal_cores or device.cpu_cores)
     return base.model_copy(
         update={
             "description": f"this CPU host: {device.cpu_model or 'unknown CPU'}, {device.cpu_cores} cores "

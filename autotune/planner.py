@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
 from autotune.errors import ConfigError
@@ -38,7 +37,7 @@ from autotune.hardware import (
     parallel_layout,
     planner_facts,
 )
-from autotune.models import Candidate, HardwareProfile, ModelSpec, Scalar, SearchSpace
+from autotune.models import PlanEstimate, PlanReport, Candidate, HardwareProfile, ModelSpec, Scalar, SearchSpace
 
 GB = 1e9
 
@@ -162,54 +161,6 @@ SPEC_PRIORS: dict[str, DraftPrior] = {
 
 
 # ---------------------------------------------------------------- records
-
-
-class PlanEstimate(BaseModel):
-    """What the planner predicts for one candidate. Memory in GB (1e9 bytes) per GPU, which is per
-    node on one-GPU boxes. TODO(lead): move to models.py."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    candidate_key: str
-    label: str
-    tp: int
-    pp: int
-    weights_gb: float | None
-    kv_gb: float | None
-    overhead_gb: float
-    total_gb: float
-    usable_gb: float
-    engine_budget_gb: float | None = None
-    kv_pool_tokens: int | None = None
-    fits: bool
-    reason: str | None = None
-    decode_tps: float | None = None
-    prefill_tps: float | None = None
-    spec_gain: float | None = None
-    unknown: list[str] = []
-    assumptions: list[str] = []
-
-    def predicted(self) -> dict[str, float]:
-        """The numbers a TrialResult keeps under `predicted`."""
-        out = {"memory_gb": self.total_gb}
-        if self.decode_tps is not None:
-            out["decode_tps"] = self.decode_tps
-        if self.prefill_tps is not None:
-            out["prefill_tps"] = self.prefill_tps
-        return out
-
-
-class PlanReport(BaseModel):
-    """Kept candidates by predicted decode (fastest first), dropped ones with reasons.
-    TODO(lead): move to models.py."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    space: str
-    hardware: str
-    nodes: int
-    kept: list[PlanEstimate]
-    dropped: list[PlanEstimate]
 
 
 # ---------------------------------------------------------------- model facts

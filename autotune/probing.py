@@ -3,7 +3,9 @@ fingerprint in runs.db and reused until --refresh. `autotune search` prunes with
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 from autotune.engines import get_engine
@@ -36,7 +38,8 @@ def vllm_probes(model_path: str, timeout_s: float, logs_dir: Path, budget_s: flo
     argv += ["--golden", "Paris", "--parallel", "3", "--timeout", f"{timeout_s:g}", "--budget-s", f"{budget_s:g}"]
     # FlashInfer JIT-compiles its kernels on first use (minutes): launch it last, inside the budget
     argv += ["--backends", "auto", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
-    code = vllm_features_main(argv)
+    with contextlib.redirect_stdout(sys.stderr):  # its progress lines must not mix into --json output
+        code = vllm_features_main(argv)
     if not out.exists():
         raise ProbeError(f"vLLM feature probes wrote no results (exit {code}); logs in {logs_dir}")
     return [ProbeResult.model_validate(r) for r in json.loads(out.read_text())["results"]]

@@ -16,8 +16,10 @@ import yaml
 
 from autotune import __version__
 from autotune.models import (
+    Candidate,
     LaunchSpec,
     NodeLaunch,
+    PlanEstimate,
     Provenance,
     Recipe,
     RecipeNumber,
@@ -114,6 +116,53 @@ def recipe_from_trial(
             hardware=hardware,
             nodes=nodes,
             db=db_path,
+        ),
+    )
+
+
+def recipe_from_plan(
+    space: SearchSpace,
+    candidate: Candidate,
+    estimate: PlanEstimate,
+    launch: LaunchSpec,
+    hardware: str,
+    nodes: int,
+) -> Recipe:
+    """A recipe for a candidate nobody launched: every number is a prediction and says so."""
+    basis = "; ".join(estimate.assumptions[:3]) or "roofline"
+    numbers = [
+        RecipeNumber(
+            name=f"predicted_{name}",
+            value=round(value, 2),
+            unit=unit,
+            condition=f"PREDICTED by the planner, not measured: {what} on {hardware} x{nodes} ({basis})",
+        )
+        for name, value, unit, what in (
+            ("decode_tps", estimate.decode_tps, "tok/s", "single-stream decode"),
+            ("prefill_tps", estimate.prefill_tps, "tok/s", "prefill"),
+            ("memory_gb_per_gpu", estimate.total_gb, "GB", "memory per GPU"),
+        )
+        if value is not None
+    ]
+    return Recipe(
+        name=f"{space.name} (predicted, not measured)",
+        kind="predicted",
+        engine=space.engine,
+        model=space.model.name,
+        params=candidate.params,
+        launch=portable_launch(launch),
+        numbers=numbers,
+        accuracy=["not measured: a predicted recipe has no accuracy results"]
+        + (["node IPs 192.168.100.x are placeholders: put your boxes' addresses"] if nodes > 1 else []),
+        provenance=Provenance(
+            study="plan",
+            trial=None,
+            date=utc_now(),
+            host=socket.gethostname(),
+            autotune_version=__version__,
+            engine_version=None,
+            hardware=hardware,
+            nodes=nodes,
         ),
     )
 

@@ -88,7 +88,10 @@ class RichReporter:
 def trials_table(outcome: StudyOutcome) -> Table:
     best = outcome.best
     table = Table(title=f"study {outcome.name}", show_lines=False)
-    for col in ("#", "config", "decode tok/s", "prose", "struct", "TTFT ms", "prefill tok/s", "needle", "qeval", "verdict"):
+    for col in (
+        "#", "config", "decode tok/s", "predicted", "prose", "struct", "TTFT ms", "prefill tok/s", "needle", "qeval",
+        "verdict",
+    ):
         table.add_column(col, overflow="fold")
     for t in outcome.trials:
         if t.status == "skipped":
@@ -98,6 +101,7 @@ def trials_table(outcome: StudyOutcome) -> Table:
             f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}",
             diff_label(t.candidate, outcome.baseline.candidate if outcome.baseline else None),
             _fmt(t.objective),
+            _fmt(t.predicted.get("decode_tps"), 0),
             _fmt(_median(t, "decode_tps.prose")),
             _fmt(_median(t, "decode_tps.structured")),
             _fmt(_median(t, "ttft_ms.prose"), 0),
@@ -168,7 +172,7 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
         f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
     )
     for i, candidate in enumerate(kept):
-        launch = portable_launch(plan.engine.render(candidate, plan.ctx.model, 8000))
+        launch = portable_launch(plan.ctx.render(candidate))
         console.print(f"[bold]#{i}[/] {candidate.label()}")
         for line in shell_lines(launch):
             console.print(f"  {line}", markup=False, highlight=False)

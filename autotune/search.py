@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -15,11 +16,12 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
 from autotune.hardware import parallel_layout, resolve_hardware
+from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
 from autotune.model_files import resolve_model
-from autotune.models import Candidate, DeviceIdentity, HardwareProfile, HostFingerprint, SearchSpace, TrialResult
+from autotune.models import Candidate, Cluster, DeviceIdentity, HardwareProfile, HostFingerprint, SearchSpace, TrialResult
 from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.recipe import recipe_from_trial, to_yaml
+from autotune.recipe import recipe_from_plan, recipe_from_trial, to_yaml
 from autotune.space import Pruner, enumerate_candidates, load_space, make_candidate, probes_check, rules_check
 from autotune.store import Store
 from autotune.confirm import confirm
@@ -102,6 +104,37 @@ def with_cluster_parallelism(space: SearchSpace, engine: Engine, hardware: Hardw
     return space.model_copy(update={"fixed": fixed})
 
 
+def cluster_for(
+    cluster_file: Path | None,
+    nodes: int,
+    launcher: str,
+    hardware: HardwareProfile,
+    device: DeviceIdentity,
+    image: str | None,
+) -> Cluster | None:
+    """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
+    standing in for boxes when this host has the GPUs for all of them."""
+    if launcher not in ("process", "ray", "docker"):
+        raise ConfigError(f"unknown launcher {launcher!r}; use process, ray or docker")
+    if cluster_file is not None:
+        cluster = load_cluster(cluster_file)
+        if len(cluster.nodes) != nodes:
+            raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+        return cluster.model_copy(update={"image": cluster.image or image})
+    if launcher == "docker":
+        raise ConfigError("the docker launcher needs --cluster FILE (nodes with their Docker daemons, and the image)")
+    if nodes == 1:
+        return None
+    needed = nodes * hardware.gpus_per_node
+    if needed > len(device.gpus):
+        raise ConfigError(
+            f"--nodes {nodes} on {hardware.name} needs {needed} GPUs; this host has {len(device.gpus)}: "
+            "describe the boxes in a cluster file and pass --cluster FILE"
+        )
+    temp_root = Path(tempfile.gettempdir()) / f"at-ray-{os.getpid()}"
+    return local_cluster(nodes, temp_root, gpus_per_node=hardware.gpus_per_node)
+
+
 def prepare(
     *,
     space_name: str,
@@ -114,11 +147,12 @@ def prepare(
     logs_dir: Path,
     dry_run: bool = False,
     tries: list[str] | None = None,
+    cluster_file: Path | None = None,
+    launcher: str | None = None,
 ) -> SearchPlan:
     space = load_space(space_name)
     first = parse_tries(space, tries or [])
-    engine = get_engine(space.engine)
-    engine.validate_space(space)
+    engine = get_engine(space.engine).use_space(space)
     if not dry_run:
         engine.check_available()
         engine.preflight(space)
@@ -157,7 +191,18 @@ def prepare(
     probes = store.probe_results(host.key()) if store else []
     pruner = Pruner([rules, layout, probes_check(probes), fits_check(space, profile, node_count)])
     name = study or f"{space.name}-{profile.name}-x{node_count}"
-    ctx = TrialContext(study=name, space=space, model=model, engine=engine, logs_dir=logs_dir, accuracy=accuracy)
+    launcher_name = launcher or space.launcher
+    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image)
+    ctx = TrialContext(
+        study=name,
+        space=space,
+        model=model,
+        engine=engine,
+        logs_dir=logs_dir,
+        accuracy=accuracy,
+        launcher=launcher_name,
+        cluster=cluster,
+    )
     return SearchPlan(
         space=space,
         engine=engine,
@@ -227,6 +272,7 @@ def run(
         seed=seed,
         order=predicted_order(plan),
         first=plan.first,
+        predict=lambda c: estimate(plan.space, c, plan.hardware, plan.nodes).predicted(),
         reporter=reporter,
     )
     result = tuner.run()
@@ -281,15 +327,44 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
     return text
 
 
+def predicted_recipe(
+    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, output: Path | None
+) -> str:
+    """The best-predicted candidate of a space as a recipe marked `predicted`: nothing measured."""
+    space, engine, profile, node_count, kept = _planned(space_name, hardware, nodes, model_path)
+    report = plan_candidates(space, kept, profile, node_count)
+    if not report.kept:
+        raise NoValidCandidate(f"space {space.name!r}: no candidate fits {profile.name} x{node_count}")
+    best = report.kept[0]
+    candidate = next(c for c in kept if c.key() == best.candidate_key)
+    cluster = placeholder_cluster(node_count, profile.gpus_per_node) if node_count > 1 else None
+    ctx = TrialContext(study="plan", space=space, model=space.model, engine=engine, logs_dir=Path("."), cluster=cluster)
+    recipe = recipe_from_plan(space, candidate, best, ctx.render(candidate), profile.name, node_count)
+    text = to_yaml(recipe)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    return text
+
+
 def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_path: str | None) -> PlanReport:
+    space, _, profile, node_count, kept = _planned(space_name, hardware, nodes, model_path)
+    return plan_candidates(space, kept, profile, node_count)
+
+
+def _planned(
+    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None
+) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate]]:
     space = load_space(space_name)
-    get_engine(space.engine).validate_space(space)
+    engine = get_engine(space.engine).use_space(space)
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     device = detect_device() if (hardware or space.hardware) == "auto" else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
-    space = with_cluster_parallelism(space, get_engine(space.engine), profile, node_count)
+    space = with_cluster_parallelism(space, engine, profile, node_count)
     rules, layout = rules_check(space), layout_check(space, profile, node_count)
     allowed = [c for c in enumerate_candidates(space) if rules(c) is None]
     kept = [c for c in allowed if layout(c) is None]
@@ -297,4 +372,4 @@ def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_p
         if allowed:
             raise ConfigError((layout(allowed[0]) or "").removeprefix("layout: "))
         raise NoValidCandidate(f"space {space.name!r}: the rules rule out every candidate")
-    return plan_candidates(space, kept, profile, node_count)
+    return space, engine, profile, node_count, kept

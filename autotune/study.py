@@ -108,6 +108,7 @@ class Tuner:
         seed: int = 0,
         order: Callable[[list[Candidate]], list[Candidate]] | None = None,
         first: list[Candidate] | None = None,
+        predict: Callable[[Candidate], dict[str, float]] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         self.ctx = ctx
@@ -118,6 +119,7 @@ class Tuner:
         self.seed = seed
         self.order = order
         self.first = first or []
+        self.predict = predict
         self.reporter = reporter or SilentReporter()
         pruner.add(self._learned_failure)
 
@@ -223,7 +225,10 @@ class Tuner:
                 study.tell(trial, state=TrialState.FAIL)  # not measured: a resumed study may try it again
                 raise
             base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
-            result = result.model_copy(update={"gates": evaluate_gates(result, base, space.gates)})
+            predicted = self.predict(candidate) if self.predict else {}
+            result = result.model_copy(
+                update={"gates": evaluate_gates(result, base, space.gates), "predicted": predicted}
+            )
             self.store.save_trial(result)
             if result.failure and result.failure.implicates:
                 self.store.add_failure(

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -18,11 +19,13 @@ from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.engines.base import Engine
 from autotune.errors import EngineStartError
-from autotune.launchers.process import ServerProcess
+from autotune.launchers.cluster import open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     Candidate,
+    Cluster,
     FailureInfo,
+    LaunchSpec,
     Measurement,
     ModelSpec,
     NeedleReport,
@@ -46,6 +49,13 @@ class TrialContext(BaseModel):
     port: int = 8470
     accuracy: bool = True
     watchdog: WatchdogLimits = WatchdogLimits()
+    launcher: Literal["process", "ray", "docker"] = "process"
+    cluster: Cluster | None = None
+
+    def render(self, candidate: Candidate) -> LaunchSpec:
+        if self.cluster is not None and len(self.cluster.nodes) > 1:
+            return self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
+        return self.engine.render(candidate, self.model, self.port)
 
 
 Events = Callable[[str], None]
@@ -149,7 +159,7 @@ def run_trial(
 ) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
-    launch = ctx.engine.render(candidate, ctx.model, ctx.port)
+    launch = ctx.render(candidate)
     log_path = ctx.logs_dir / ctx.study / f"{log_name or f'trial-{number:03d}'}.log"
     if log_path.exists():
         log_path.unlink()
@@ -162,8 +172,15 @@ def run_trial(
         started_at=started,
         log_path=str(log_path),
     )
-    server = ServerProcess(
-        launch, log_path, startup_timeout_s=ctx.space.workload.startup_timeout_s, limits=ctx.watchdog
+    server = open_server(
+        launch,
+        log_path,
+        launcher=ctx.launcher,
+        cluster=ctx.cluster,
+        study=ctx.study,
+        trial=str(number),
+        startup_timeout_s=ctx.space.workload.startup_timeout_s,
+        limits=ctx.watchdog,
     )
     events("starting engine")
     try:

@@ -108,3 +108,20 @@ def test_connection_error_is_recorded_not_raised():
     client = OpenAIClient("http://engine", "m", transport=httpx.MockTransport(handler), clock=Clock([0.0]))
     result = run(client.chat([], max_tokens=4))
     assert not result.ok and "ConnectError" in result.error
+
+
+def test_complete_streams_text_from_the_completions_endpoint():
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["path"] = request.url.path
+        seen["body"] = json.loads(request.content)
+        body = sse({"choices": [{"text": " 42"}]}, {"choices": [{"text": "\n"}]}, chunk(usage={"prompt_tokens": 9, "completion_tokens": 2}), "[DONE]")
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    client = OpenAIClient("http://engine", "m", transport=httpx.MockTransport(handler), clock=Clock([0.0, 0.1, 0.3]))
+    result = run(client.complete("Question: 40 + 2?\nAnswer:", max_tokens=4, stop=["\nQuestion:"]))
+    assert seen["path"] == "/v1/completions"
+    assert seen["body"]["prompt"].endswith("Answer:") and seen["body"]["stop"] == ["\nQuestion:"]
+    assert seen["body"]["temperature"] == 0.0 and seen["body"]["stream"] is True
+    assert result.ok and result.text == " 42\n" and result.n_out == 2 and result.n_in == 9

@@ -210,10 +210,8 @@ def test_run_needle_records_the_counted_length_without_usage() -> None:
     assert report.cases[0].prompt_tokens == toy_tokens(client.prompts[0])
 
 
-def test_run_needle_completion_style_needs_complete() -> None:
+def test_run_needle_completion_style_uses_complete() -> None:
     cfg = NeedleConfig(lengths_tokens=[400], depths=[0.5])
-    with pytest.raises(ConfigError, match="complete"):
-        asyncio.run(run_needle(ScriptedClient(), cfg, context_tokens=2048, style="completion"))
     report = asyncio.run(run_needle(CompletingClient(), cfg, context_tokens=2048, style="completion"))
     assert report.max_pass_length == 400
 

@@ -107,3 +107,41 @@ def test_confirmation_judgement():
     assert winner and ratio == 60.0 / 40.5
     _, _, winner = judge([41.0, 40.0], [40.5, 41.5])
     assert not winner
+
+
+def test_a_recipe_never_mixes_predicted_and_measured():
+    import pytest
+    from pydantic import ValidationError
+
+    space = load_space("llamacpp-gemma3-270m")
+    recipe = recipe_from_trial(space, trial(1, 50.0), None, "cpu", 1)
+    bad = recipe.model_dump()
+    bad["numbers"].append({"name": "predicted_decode_tps", "value": 9.0, "unit": "tok/s", "condition": "x"})
+    with pytest.raises(ValidationError, match="cannot hold predicted"):
+        type(recipe).model_validate(bad)
+
+
+def test_predicted_recipe_for_four_sparks(tmp_path):
+    from autotune.search import predicted_recipe
+
+    out = tmp_path / "p.yaml"
+    predicted_recipe("minimax-m3.1-flash-spark4", "spark", 4, None, out)
+    data = yaml.safe_load(out.read_text())
+    assert data["kind"] == "predicted" and data["provenance"]["trial"] is None
+    assert all(n["name"].startswith("predicted_") and n["condition"].startswith("PREDICTED") for n in data["numbers"])
+    roles = [n["role"] for n in data["launch"]["nodes"]]
+    assert roles == ["head", "worker", "worker", "worker", "server"]
+    server = next(n for n in data["launch"]["nodes"] if n["role"] == "server")["argv"]
+    assert server[server.index("--tensor-parallel-size") + 1] == "4"
+    assert "--kv-cache-dtype" not in server or server[server.index("--kv-cache-dtype") + 1] != "nvfp4"
+
+
+def test_plugin_flags_render_for_forks():
+    from autotune.engines import get_engine
+    from autotune.space import baseline
+
+    space = load_space("minimax-m3.1-flash-spark1")
+    engine = get_engine("vllm").use_space(space)
+    argv = engine.render(baseline(space), space.model, 8000).server.argv
+    assert argv[argv.index("--cache-mode") + 1] == "q4"
+    assert argv[argv.index("--quantization") + 1] == "exl3"

@@ -101,3 +101,27 @@ def test_space_naming_a_flag_this_vllm_lacks_is_refused(fake, tmp_path, capsys):
     assert code == 2
     assert "has no option --linear-backend (knob linear_backend)" in out.err
     assert not (tmp_path / "runs.db").exists()
+
+
+def test_two_node_study_on_a_local_ray_cluster(fake, tmp_path, capsys):
+    """--nodes 2 without a cluster file: two raylets on this host stand in for two boxes; the
+    fake vLLM server runs on the head after Ray reports both nodes alive."""
+    pytest.importorskip("ray", reason="pip install ray (the [ray] extra)")
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(fake), "--db", str(db), "--trials", "1", "--nodes", "2", "--no-accuracy",
+            "--confirm-rounds", "0", "--study", "two"]
+    assert main(args) == 0, capsys.readouterr().out
+    [base] = [t for t in Store(db).trials("two") if t.status == "ok"]
+    roles = [(n.node, n.role) for n in base.launch.nodes]
+    assert roles == [(0, "head"), (1, "worker"), (0, "server")]
+    server = base.launch.server.argv
+    assert server[server.index("--tensor-parallel-size") + 1] == "2"
+    assert server[server.index("--distributed-executor-backend") + 1] == "ray"
+    assert base.measurement("decode_tps.prose").median > 0
+
+
+def test_docker_launcher_needs_a_cluster_file(fake, tmp_path, capsys):
+    code = main(["search", "--space", str(fake), "--db", str(tmp_path / "runs.db"), "--launcher", "docker"])
+    assert code == 2
+    assert "needs --cluster FILE" in capsys.readouterr().err
+    assert not (tmp_path / "runs.db").exists()

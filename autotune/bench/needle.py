@@ -37,12 +37,12 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from autotune.bench import words
 from autotune.bench.client import ChatClient
 from autotune.errors import AutotuneError, ConfigError
-from autotune.models import NeedleCase, NeedleConfig, NeedleReport, RequestResult
+from autotune.models import NeedleCase, NeedleConfig, NeedleReport
 
 NEEDLE_TEXT = "The secret code for {key} is {code}."
 INSTRUCTION = "Read the text below. Somewhere in it is a secret code. Answer the question at the end."
@@ -50,12 +50,6 @@ QUESTION = "What is the secret code for {key}? Reply with the 5-digit code only.
 ANSWER_START = "The secret code for {key} is"
 
 PromptStyle = Literal["chat", "completion"]
-
-
-class CompletionClient(Protocol):  # TODO(lead): add `complete` to ChatClient / OpenAIClient
-    """A client that can also send a raw prompt to /v1/completions (no chat template)."""
-
-    async def complete(self, prompt: str, max_tokens: int, **extra: Any) -> RequestResult: ...
 
 
 # Room left in the context for what the user message does not contain: the chat template around
@@ -282,10 +276,8 @@ async def run_needle(
     Cases left when the time is up fail with answer "timeout"; a failed request or tokenizer call
     fails its case(s) with the error as the answer. `request_extra` goes into every request (e.g.
     chat_template_kwargs to turn thinking off). `style` is explained in the module doc;
-    "completion" needs a client with `complete`.
+    "completion" sends the prompt through `complete` (/v1/completions).
     """
-    if style == "completion" and not callable(getattr(client, "complete", None)):
-        raise ConfigError("needle style 'completion' needs a client with complete() (/v1/completions)")
     lengths = default_lengths(context_tokens, cfg)
     depths = sorted(set(cfg.depths))
     plans = _plan_cases(lengths, depths, seed)
@@ -330,7 +322,7 @@ async def run_needle(
                 cases.append(failed(plan, "timeout", fitted_tokens))
                 continue
             if style == "completion":
-                request = client.complete(prompt, cfg.max_tokens, **extra)  # type: ignore[attr-defined]
+                request = client.complete(prompt, cfg.max_tokens, **extra)
             else:
                 request = client.chat([{"role": "user", "content": prompt}], cfg.max_tokens, **extra)
             try:

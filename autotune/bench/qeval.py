@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field
 
 from autotune.bench import words
 from autotune.bench.client import ChatClient

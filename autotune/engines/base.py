@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from autotune.errors import ConfigError
-from autotune.models import Candidate, FailureInfo, LaunchSpec, ModelSpec, SearchSpace
+from autotune.models import Candidate, Cluster, FailureInfo, LaunchSpec, ModelSpec, Scalar, SearchSpace
 
 
 class Engine(ABC):
@@ -23,6 +23,15 @@ class Engine(ABC):
     metrics_path: ClassVar[str | None] = None
     #: POST endpoint that tokenizes text with the served model's tokenizer.
     tokenize_path: ClassVar[str] = "/tokenize"
+
+    #: knob -> flag for plugin/fork options this module does not know (set from the space)
+    plugin_flags: dict[str, str] = {}
+
+    def use_space(self, space: SearchSpace) -> Engine:
+        """Validate the space for this engine and take its plugin flags; returns self."""
+        self.validate_space(space)
+        self.plugin_flags = dict(space.plugin_flags)
+        return self
 
     @abstractmethod
     def version(self) -> str | None:
@@ -36,9 +45,23 @@ class Engine(ABC):
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         """The exact argv + env that serve `candidate` on `host:port`."""
 
+    def render_cluster(self, candidate: Candidate, model: ModelSpec, port: int, cluster: Cluster) -> LaunchSpec:
+        """The launch over several boxes (one NodeLaunch per process); engines without a
+        distributed executor cannot."""
+        raise ConfigError(f"engine {self.name!r} cannot run across {len(cluster.nodes)} nodes")
+
     def preflight(self, space: SearchSpace) -> None:
         """Checks against the installed engine before any launch (e.g. flag names); raise
         ConfigError when the space asks for something this engine version does not have."""
+
+    def plugin_args(self, params: dict[str, Scalar]) -> list[str]:
+        """FLAG VALUE for every plugin knob the candidate sets (None = left out)."""
+        args: list[str] = []
+        for knob, flag in sorted(self.plugin_flags.items()):
+            value = params.get(knob)
+            if value is not None:
+                args += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+        return args
 
     def classify(self, log_text: str) -> FailureInfo | None:
         """The failure this log shows, from the shared signature table; None when it shows none."""
@@ -57,7 +80,7 @@ class Engine(ABC):
     def validate_space(self, space: SearchSpace) -> None:
         """Refuse knobs this engine cannot render, with the list of the ones it can."""
         named = {k.name for k in space.knobs if k.kind == "arg"} | set(space.fixed)
-        unknown = sorted(named - self.knobs)
+        unknown = sorted(named - self.knobs - set(space.plugin_flags))
         if unknown:
             raise ConfigError(
                 f"engine {self.name!r} has no knob {', '.join(map(repr, unknown))}; "

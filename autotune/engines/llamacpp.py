@@ -94,6 +94,7 @@ class LlamaCppEngine(Engine):
         draft_k = params.get("draft_k")
         if draft_k:
             argv += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(draft_k)]
+        argv += self.plugin_args(dict(params))
         return LaunchSpec(
             engine=self.name,
             nodes=[NodeLaunch(argv=argv, env=dict(candidate.env))],

@@ -117,7 +117,8 @@ class VllmEngine(Engine):
         argv = [self.python, "-m", CLI_MODULE, "serve", model_source(model)]
         argv += ["--served-model-name", model.served_name or model.name, "--host", host, "--port", str(port)]
         argv += ["--enable-prompt-tokens-details"]
-        argv += option_args(candidate.params)
+        known = {k: v for k, v in candidate.params.items() if k not in self.plugin_flags}
+        argv += option_args(known) + self.plugin_args(candidate.params)
         env = checked_env(candidate.env)
         node = NodeLaunch(argv=argv, env=env)
         return LaunchSpec(engine=self.name, nodes=[node], port=port, health_path=self.health_path)
@@ -152,8 +153,10 @@ class VllmEngine(Engine):
             if knob.kind == "env":
                 checked_env({knob.name: "1"})
                 continue
+            if knob.name in space.plugin_flags:
+                continue
             for value in knob.values:
-                option_args({**space.fixed, knob.name: value})
+                option_args({k: v for k, v in {**space.fixed, knob.name: value}.items() if k not in space.plugin_flags})
 
     # ------------------------------------------------------------------ reading logs and metrics
 
@@ -386,14 +389,14 @@ def supported_flags(python: str = sys.executable) -> frozenset[str]:
 
 def required_flags(space: SearchSpace) -> dict[str, str]:
     """option -> knob that needs it, for every value of every arg knob (plus the fixed ones)."""
-    needed: dict[str, str] = {}
-    base = dict(space.fixed)
+    needed: dict[str, str] = {flag: knob for knob, flag in space.plugin_flags.items()}
+    base = {k: v for k, v in space.fixed.items() if k not in space.plugin_flags}
     for flag in option_names(["--served-model-name", "--host", "--port", "--enable-prompt-tokens-details"]):
         needed[flag] = "(always rendered)"
     for flag in option_names(option_args(base)):
         needed.setdefault(flag, "(fixed)")
     for knob in space.knobs:
-        if knob.kind != "arg":
+        if knob.kind != "arg" or knob.name in space.plugin_flags:
             continue
         for value in knob.values:
             for flag in option_names(option_args({**base, knob.name: value})):
