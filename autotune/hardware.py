@@ -16,7 +16,13 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import ConfigError
-from autotune.models import Candidate, DeviceIdentity, GpuIdentity, HardwareProfile, SearchSpace
+from autotune.models import (
+    Candidate,
+    DeviceIdentity,
+    GpuIdentity,
+    HardwareProfile,
+    SearchSpace,
+)
 
 PROFILES_FILE = "hardware_profiles.yaml"
 GIB_IN_GB = 1024**3 / 1e9  # probes/device.py reports memory in GiB; profiles use GB
@@ -26,6 +32,8 @@ PLANNER_FIELDS = (
     "prefill_efficiency",
     "allreduce_step_us",
     "intra_node_allreduce_us",
+    "step_overhead_ms",
+    "eager_step_overhead_ms",
     "nominal_cores",
 )
 
@@ -38,6 +46,8 @@ class PlannerFacts:
     prefill_efficiency: float | None = None
     allreduce_step_us: float | None = None
     intra_node_allreduce_us: float | None = None
+    step_overhead_ms: float | None = None
+    eager_step_overhead_ms: float | None = None
     nominal_cores: int | None = None
 
 

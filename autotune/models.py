@@ -58,6 +58,12 @@ class HardwareProfile(Strict):
     prefill_efficiency: float | None = Field(None, description="measured / roofline prefill, fitted")
     allreduce_step_us: float | None = Field(None, description="one ring step between nodes, fitted")
     intra_node_allreduce_us: float | None = None
+    step_overhead_ms: float | None = Field(
+        None, description="fixed time per decode step (scheduling, launches, sampling), fitted"
+    )
+    eager_step_overhead_ms: float | None = Field(
+        None, description="fixed time per decode step without CUDA graphs (enforce_eager), fitted"
+    )
     nominal_cores: int | None = Field(None, description="cpu profile: cores its flops figure assumes")
     sources: list[str] = Field(default_factory=list)
 

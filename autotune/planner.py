@@ -8,7 +8,7 @@ weights and overhead becomes its KV pool, reported in tokens.
 
 Decode (one stream):
     step time = (active weight bytes / TP + KV bytes read at the mean context) / bandwidth
-                / decode_efficiency  +  TP all-reduce time
+                / decode_efficiency  +  TP all-reduce time  +  fixed step overhead
     tok/s     = acceptance length / (step time x drafting cost)
 Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
 
@@ -37,7 +37,15 @@ from autotune.hardware import (
     parallel_layout,
     planner_facts,
 )
-from autotune.models import PlanEstimate, PlanReport, Candidate, HardwareProfile, ModelSpec, Scalar, SearchSpace
+from autotune.models import (
+    Candidate,
+    HardwareProfile,
+    ModelSpec,
+    PlanEstimate,
+    PlanReport,
+    Scalar,
+    SearchSpace,
+)
 
 GB = 1e9
 
@@ -650,7 +658,16 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     if pp > 1:
         notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
     bandwidth = hardware.mem_bandwidth_gbps * GB
-    step_s = (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, pf, model, notes)
+    eager = case.params.get("enforce_eager") is True
+    overhead_ms, what = (pf.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (pf.step_overhead_ms, "")
+    overhead_s = (overhead_ms or 0.0) / 1000
+    if overhead_ms is None:
+        notes.assume(f"no fitted {what + ' ' if what else ''}per-step overhead for {hardware.name} (counted as 0)")
+    else:
+        notes.assume(f"fixed {what + ' ' if what else ''}step overhead {overhead_ms:g} ms for {hardware.name}")
+    step_s = (
+        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, pf, model, notes) + overhead_s
+    )
     return length / (step_s * cost), length / cost
 
 
@@ -869,7 +886,13 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
     in hardware_profiles.yaml; None where it has no points."""
     hardware = get_profile(profile_name)
     points = calibration_points(profile_name)
-    bare = replace(planner_facts(hardware), decode_efficiency=1.0, prefill_efficiency=1.0)
+    bare = replace(
+        planner_facts(hardware),
+        decode_efficiency=1.0,
+        prefill_efficiency=1.0,
+        step_overhead_ms=None,
+        eager_step_overhead_ms=None,
+    )
     out: dict[str, float | None] = {}
     for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
         pairs = []
@@ -885,4 +908,15 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
         for p in points.get("allreduce", [])
     ]
     out["allreduce_step_us"] = statistics.median(steps) if steps else None
+    # fixed per-step time: what a small model's measured step takes beyond its memory time
+    fitted = replace(bare, decode_efficiency=out["decode_efficiency"] or 1.0)
+    for kind in ("step_overhead", "eager_step_overhead"):
+        overheads = []
+        for point in points.get(kind, []):
+            space, candidate, nodes = _calibration_case(point)
+            predicted = estimate(space, candidate, hardware, nodes, facts=fitted).decode_tps
+            if predicted is None:
+                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+            overheads.append(1000 / float(point["measured_tps"]) - 1000 / predicted)
+        out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
     return out

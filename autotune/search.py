@@ -13,18 +13,33 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.confirm import confirm
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
 from autotune.hardware import parallel_layout, resolve_hardware
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
 from autotune.model_files import resolve_model
-from autotune.models import Candidate, Cluster, DeviceIdentity, HardwareProfile, HostFingerprint, SearchSpace, TrialResult
+from autotune.models import (
+    Candidate,
+    Cluster,
+    DeviceIdentity,
+    HardwareProfile,
+    HostFingerprint,
+    SearchSpace,
+    TrialResult,
+)
 from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.recipe import recipe_from_plan, recipe_from_trial, to_yaml
-from autotune.space import Pruner, enumerate_candidates, load_space, make_candidate, probes_check, rules_check
+from autotune.space import (
+    Pruner,
+    enumerate_candidates,
+    load_space,
+    make_candidate,
+    probes_check,
+    rules_check,
+)
 from autotune.store import Store
-from autotune.confirm import confirm
 from autotune.study import Reporter, StudyOutcome, Tuner, free_port, outcome_of
 from autotune.trial import TrialContext
 

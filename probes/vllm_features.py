@@ -37,7 +37,12 @@ from typing import Any
 
 import httpx
 
-from autotune.engines.vllm import VllmEngine, acceptance_length, parse_spec_metrics, read_model_config
+from autotune.engines.vllm import (
+    VllmEngine,
+    acceptance_length,
+    parse_spec_metrics,
+    read_model_config,
+)
 from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.models import Candidate, ModelSpec, ProbeResult, Scalar
 
@@ -447,7 +452,7 @@ def launch_one(
     try:
         with _spawn_lock:  # one fork at a time: parallel launches come from threads
             server.start()
-        server.wait_healthy()
+        server.wait_ready()
         try:
             before = read_metrics(server.base_url) if combo.draft_k else {}
             text, tokens = ask(server.base_url, prompt, max_tokens)

@@ -36,6 +36,7 @@ def test_cli_reference_is_current():
 def test_every_command_has_help_and_docs():
     sys.path.insert(0, str(ROOT / "scripts"))
     import gen_cli_docs
+
     from autotune.cli import app
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}

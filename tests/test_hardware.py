@@ -13,7 +13,14 @@ from autotune.hardware import (
     planner_facts,
     resolve_hardware,
 )
-from autotune.models import Candidate, DeviceIdentity, GpuIdentity, HardwareProfile, ModelSpec, SearchSpace
+from autotune.models import (
+    Candidate,
+    DeviceIdentity,
+    GpuIdentity,
+    HardwareProfile,
+    ModelSpec,
+    SearchSpace,
+)
 
 BUILT_IN = {"spark", "h200", "h100", "b200", "rtx-pro-6000", "cpu"}
 

@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("docker", reason="the docker launcher needs the Docker SDK: pip install 'autotune[docker]'")
 
+from fakes.docker_api import FakeContainer, FakeDockerEngine, FakeExec  # noqa: E402
+
 from autotune.engines.vllm import VllmEngine  # noqa: E402
 from autotune.errors import EngineStartError, EngineUnavailable  # noqa: E402
 from autotune.launchers.cluster import Cluster, ClusterNode  # noqa: E402
@@ -26,7 +28,6 @@ from autotune.launchers.docker import (  # noqa: E402
     run_argv,
 )
 from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch  # noqa: E402
-from fakes.docker_api import FakeContainer, FakeDockerEngine, FakeExec  # noqa: E402
 
 IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
 IMAGE_ID = "sha256:" + "3f" * 32

@@ -17,9 +17,22 @@ import pytest
 
 from autotune.engines.vllm import VllmEngine, ray_start_argv
 from autotune.errors import ConfigError, EngineStartError
-from autotune.launchers.cluster import Cluster, ClusterNode, load_cluster, local_cluster, open_server, rank_env
+from autotune.launchers.cluster import (
+    Cluster,
+    ClusterNode,
+    load_cluster,
+    local_cluster,
+    open_server,
+    rank_env,
+)
 from autotune.launchers.process import ServerProcess
-from autotune.launchers.ray import ClusterServer, RayCluster, head_address, parse_nodes_report, pid_alive
+from autotune.launchers.ray import (
+    ClusterServer,
+    RayCluster,
+    head_address,
+    parse_nodes_report,
+    pid_alive,
+)
 from autotune.models import Candidate, LaunchSpec, ModelSpec
 
 MODEL = ModelSpec(name="gemma", path="/models/gemma")

@@ -244,7 +244,12 @@ def test_spark_efficiencies_in_the_yaml_are_the_fit_of_its_calibration_points():
     assert facts.decode_efficiency == pytest.approx(fitted["decode_efficiency"], abs=0.0005)
     assert facts.prefill_efficiency == pytest.approx(fitted["prefill_efficiency"], abs=0.0005)
     assert facts.allreduce_step_us == pytest.approx(fitted["allreduce_step_us"], abs=0.05)
-    assert calibrate("h200") == {"decode_efficiency": None, "prefill_efficiency": None, "allreduce_step_us": None}
+    h200 = calibrate("h200")
+    assert h200["decode_efficiency"] is None and h200["allreduce_step_us"] is None
+    h200_facts = planner_facts(get_profile("h200"))
+    assert h200_facts.step_overhead_ms == pytest.approx(h200["step_overhead_ms"], abs=0.0005)
+    assert h200_facts.eager_step_overhead_ms == pytest.approx(h200["eager_step_overhead_ms"], abs=0.0005)
+    assert facts.eager_step_overhead_ms == pytest.approx(fitted["eager_step_overhead_ms"], abs=0.0005)
 
 
 # ---------------------------------------------------------------- plan, table, the seed spaces

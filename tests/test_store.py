@@ -7,7 +7,14 @@ import sqlite3
 import pytest
 
 from autotune.errors import StoreError
-from autotune.models import Candidate, FailureInfo, HostFingerprint, Measurement, ProbeResult, TrialResult
+from autotune.models import (
+    Candidate,
+    FailureInfo,
+    HostFingerprint,
+    Measurement,
+    ProbeResult,
+    TrialResult,
+)
 from autotune.store import MIGRATIONS, Store
 
 

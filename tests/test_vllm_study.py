@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes.vllm_site import write_fake_vllm
 
 from autotune.cli import main
 from autotune.engines import vllm as vllm_engine
 from autotune.store import Store
-from fakes.vllm_site import write_fake_vllm
 
 SPACE = """
 name: fake-vllm

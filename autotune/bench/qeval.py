@@ -37,12 +37,19 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-
 from autotune.bench import words
 from autotune.bench.client import ChatClient
 from autotune.bench.sandbox import run_python_tests
 from autotune.errors import ConfigError
-from autotune.models import CheckKind, GateOutcome, McNemarResult, QevalConfig, QevalReport, QevalTask, Scalar
+from autotune.models import (
+    CheckKind,
+    GateOutcome,
+    McNemarResult,
+    QevalConfig,
+    QevalReport,
+    QevalTask,
+    Scalar,
+)
 
 ANSWER_LINE = "End with a line of the form 'Answer: X'."
 

@@ -11,7 +11,15 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from autotune.errors import ConfigError
-from autotune.models import Candidate, Cluster, FailureInfo, LaunchSpec, ModelSpec, Scalar, SearchSpace
+from autotune.models import (
+    Candidate,
+    Cluster,
+    FailureInfo,
+    LaunchSpec,
+    ModelSpec,
+    Scalar,
+    SearchSpace,
+)
 
 
 class Engine(ABC):

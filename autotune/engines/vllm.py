@@ -22,8 +22,15 @@ from typing import ClassVar
 
 from autotune.engines.base import Engine
 from autotune.errors import ConfigError, EngineUnavailable
-from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
 from autotune.launchers.cluster import Cluster, rank_env
+from autotune.models import (
+    Candidate,
+    LaunchSpec,
+    ModelSpec,
+    NodeLaunch,
+    Scalar,
+    SearchSpace,
+)
 
 log = logging.getLogger(__name__)
 

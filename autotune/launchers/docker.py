@@ -25,14 +25,19 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError, EngineUnavailable
-from autotune.launchers.cluster import CONTAINER_HF_CACHE, PASS_THROUGH_ENV, Cluster, pass_through_env
+from autotune.launchers.base import Launched, wait_for_health
+from autotune.launchers.cluster import PASS_THROUGH_ENV, pass_through_env
 from autotune.launchers.process import tail
-from autotune.launchers.ray import NODES_MARKER, node_log_path, nodes_check_argv, parse_nodes_report
-from autotune.models import LaunchSpec, NodeLaunch
+from autotune.launchers.ray import (
+    NODES_MARKER,
+    node_log_path,
+    nodes_check_argv,
+    parse_nodes_report,
+)
+from autotune.models import CONTAINER_HF_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
 LABEL_STUDY = "autotune.study"
@@ -250,7 +255,7 @@ def _slug(text: str) -> str:
 # ---------------------------------------------------------------------- the server
 
 
-class DockerServer:
+class DockerServer(Launched):
     """The launch in containers on the cluster's daemons; ServerProcess's contract.
 
     Entering: check the image on every node (same build), start one container per node entry,
@@ -296,17 +301,8 @@ class DockerServer:
 
     # -------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> DockerServer:
-        try:
-            self.start()
-            self.wait_healthy()
-        except BaseException:
-            self.stop(raise_errors=False)  # the start failure is the news; leftovers stay in cleanup_errors
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def stop_after_failed_start(self) -> None:
+        self.stop(raise_errors=False)  # the start failure is the news; leftovers stay in cleanup_errors
 
     def start(self) -> None:
         self._t0 = time.monotonic()
@@ -323,27 +319,10 @@ class DockerServer:
         if head is not None:
             self._exec_server(server, head)
 
-    def wait_healthy(self) -> None:
-        deadline = self._t0 + self.startup_timeout_s
-        url = self.base_url + self.launch.health_path
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                dead = self._dead()
-                if dead:
-                    raise EngineStartError(f"{dead} before the engine became healthy", log_tail=self.log_text())
-                try:
-                    if http.get(url).status_code == 200:
-                        self.startup_s = time.monotonic() - self._t0
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineStartError(
-                        f"engine not healthy at {url} after {self.startup_timeout_s:.0f} s (startup timeout)",
-                        log_tail=self.log_text(),
-                        timed_out=True,
-                    )
-                time.sleep(self.poll_s)
+    def wait_ready(self) -> None:
+        self.startup_s = wait_for_health(
+            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self._dead, self.log_text
+        )
 
     def alive(self) -> bool:
         return self._dead() is None

@@ -17,9 +17,7 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-import httpx
-
-from autotune.errors import EngineStartError
+from autotune.launchers.base import Launched, wait_for_health
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import LaunchSpec
 
@@ -70,7 +68,7 @@ def read_log(path: Path, head_bytes: int = 1_000_000, tail_bytes: int = 2_000_00
         return ""
 
 
-class ServerProcess:
+class ServerProcess(Launched):
     def __init__(
         self,
         launch: LaunchSpec,
@@ -89,18 +87,6 @@ class ServerProcess:
         self.watchdog: Watchdog | None = None
         self.startup_s: float | None = None
         self._log: IO[bytes] | None = None
-
-    def __enter__(self) -> ServerProcess:
-        self.start()
-        try:
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         node = self.launch.server
@@ -122,33 +108,19 @@ class ServerProcess:
         self.watchdog = Watchdog(self.proc.pid, self.limits)
         self.watchdog.start()
 
-    def wait_healthy(self) -> None:
-        assert self.proc is not None
-        deadline = self._t0 + self.startup_timeout_s
-        url = self.base_url + self.launch.health_path
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise EngineStartError(
-                        f"engine exited with code {code} before it became healthy",
-                        log_tail=self.log_text(),
-                    )
-                if self.watchdog and self.watchdog.tripped:
-                    raise EngineStartError(f"watchdog stopped the engine: {self.watchdog.tripped}", self.log_text())
-                try:
-                    if http.get(url).status_code == 200:
-                        self.startup_s = time.monotonic() - self._t0
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineStartError(
-                        f"engine not healthy after {self.startup_timeout_s:.0f} s (startup timeout)",
-                        log_tail=self.log_text(),
-                        timed_out=True,
-                    )
-                time.sleep(0.5)
+    def why_dead(self) -> str | None:
+        """Why the engine cannot become healthy any more, or None while it still may."""
+        code = self.proc.poll() if self.proc else -1
+        if code is not None:
+            return f"engine exited with code {code}"
+        if self.watchdog and self.watchdog.tripped:
+            return f"watchdog stopped the engine: {self.watchdog.tripped}"
+        return None
+
+    def wait_ready(self) -> None:
+        self.startup_s = wait_for_health(
+            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self.why_dead, self.log_text
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

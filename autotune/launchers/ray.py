@@ -26,10 +26,10 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
+from autotune.launchers.base import Launched, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import LaunchSpec, NodeLaunch
@@ -244,7 +244,7 @@ def node_log_path(log_path: Path, node: NodeLaunch) -> Path:
     return log_path.with_name(f"{log_path.stem}.node{node.node}-{node.role}{log_path.suffix or '.log'}")
 
 
-class RayCluster:
+class RayCluster(Launched):
     """The head and worker entries of a LaunchSpec as local Ray nodes.
 
     Entering starts the head, waits for its GCS port, starts the workers and waits until Ray
@@ -270,18 +270,6 @@ class RayCluster:
         self.nodes = [NodeProcess(n, node_log_path(log_path, n), limits) for n in members]
         self.report: RayNodesReport | None = None
         self.ready_s: float | None = None
-
-    def __enter__(self) -> RayCluster:
-        try:
-            self.start()
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self._t0 = time.monotonic()
@@ -383,7 +371,7 @@ def _kill_quietly(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------------- cluster + server
 
 
-class ClusterServer:
+class ClusterServer(Launched):
     """Ray cluster up, then the `server` entry (vLLM on the head) as a ServerProcess.
 
     Same contract as ServerProcess: entering returns once the server's health endpoint answers;
@@ -410,18 +398,6 @@ class ClusterServer:
         self.server: ServerProcess | None = None
         self.startup_s: float | None = None
 
-    def __enter__(self) -> ClusterServer:
-        try:
-            self.start()
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         self._t0 = time.monotonic()
         self.ray.start()
@@ -432,35 +408,20 @@ class ClusterServer:
         )
         self.server.start()
 
-    def wait_healthy(self) -> None:
-        assert self.server is not None and self.server.proc is not None
-        deadline = self._t0 + self.startup_timeout_s
-        url = self.base_url + self.launch.health_path
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                code = self.server.proc.poll() if self.server.proc else -1
-                if code is not None:
-                    raise EngineStartError(f"engine exited with code {code} before it became healthy", self.log_text())
-                if self.server.watchdog and self.server.watchdog.tripped:
-                    what = f"watchdog stopped the engine: {self.server.watchdog.tripped}"
-                    raise EngineStartError(what, self.log_text())
-                dead = self.ray.dead_node()
-                if dead:
-                    raise EngineStartError(f"{dead} while the engine started", self.log_text())
-                try:
-                    if http.get(url).status_code == 200:
-                        self.startup_s = time.monotonic() - self._t0
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineStartError(
-                        f"engine not healthy after {self.startup_timeout_s:.0f} s "
-                        "(startup timeout, Ray cluster start included)",
-                        log_tail=self.log_text(),
-                        timed_out=True,
-                    )
-                time.sleep(0.5)
+    def wait_ready(self) -> None:
+        assert self.server is not None
+
+        def why_dead() -> str | None:
+            return (self.server.why_dead() if self.server else "engine gone") or self.ray.dead_node()
+
+        self.startup_s = wait_for_health(
+            self.base_url + self.launch.health_path,
+            self._t0,
+            self.startup_timeout_s,
+            why_dead,
+            self.log_text,
+            what="startup timeout, Ray cluster start included",
+        )
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive() and self.ray.dead_node() is None

@@ -27,6 +27,54 @@ GEMMA_TURNS = (
 )
 
 
+# llama.cpp's token ids for this text with this GGUF (BOS first): the reference the converted
+# tokenizer must reproduce (checked with llama-cpp-python 0.3.36).
+REFERENCE_TEXT = "The capital of France is"
+REFERENCE_IDS = [2, 818, 5279, 529, 7001, 563]
+
+
+def tokenizer_from_gguf(gguf: Path):
+    """The GGUF's own SentencePiece vocabulary (pieces, scores, types) rebuilt as a SentencePiece
+    BPE model, then as a fast Gemma tokenizer with merges in score order. transformers 5.17's
+    GGUF tokenizer conversion for this file splits words into odd pieces (measured: 10 ids for
+    the reference text instead of 5), which turns the model's output into ' 1 1 1 ...'."""
+    import tempfile
+
+    from gguf import GGUFReader
+    from sentencepiece import sentencepiece_model_pb2 as spm_pb
+    from tokenizers.models import BPE
+    from transformers import GemmaTokenizer
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    reader = GGUFReader(str(gguf))
+
+    def values(name: str) -> list:
+        field = reader.fields[name]
+        return [field.parts[i] for i in field.data]
+
+    proto = spm_pb.ModelProto()
+    proto.trainer_spec.model_type = spm_pb.TrainerSpec.BPE
+    proto.trainer_spec.byte_fallback = True
+    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.add_dummy_prefix = False
+    proto.normalizer_spec.remove_extra_whitespaces = False
+    proto.normalizer_spec.escape_whitespaces = True
+    tokens = values("tokenizer.ggml.tokens")
+    scores = values("tokenizer.ggml.scores")
+    types = values("tokenizer.ggml.token_type")
+    for token, score, kind in zip(tokens, scores, types, strict=True):
+        piece = proto.pieces.add()
+        piece.piece = bytes(token).decode("utf-8")
+        piece.score = float(score[0])
+        piece.type = int(kind[0])  # llama.cpp token types use SentencePiece's numbering
+    proto.trainer_spec.vocab_size = len(proto.pieces)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_file = Path(tmp) / "tokenizer.model"
+        model_file.write_bytes(proto.SerializeToString())
+        extracted = SentencePieceExtractor(str(model_file)).extract(BPE)
+    return GemmaTokenizer(vocab=extracted["vocab"], merges=extracted["merges"], add_bos_token=True)
+
+
 def convert(gguf: Path, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -44,7 +92,14 @@ def convert(gguf: Path, out: Path) -> Path:
         pass
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    try:
+        tokenizer = tokenizer_from_gguf(gguf)
+    except ImportError as exc:  # gguf / sentencepiece missing: transformers' own conversion
+        print(f"warning: {exc}; falling back to transformers' GGUF tokenizer (known to mis-split words)")
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    ids = tokenizer(REFERENCE_TEXT)["input_ids"]
+    verdict = "matches llama.cpp" if ids == REFERENCE_IDS else f"DIFFERS from llama.cpp's {REFERENCE_IDS}"
+    print(f"tokenizer check: {REFERENCE_TEXT!r} -> {ids} ({verdict})")
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = GEMMA_TURNS
     tokenizer.save_pretrained(str(out))

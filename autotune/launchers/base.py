@@ -1,0 +1,76 @@
+"""What every launcher shares: the context-manager lifecycle and the wait for the health endpoint.
+
+A launcher is entered to start the engine and wait until it is ready; any failure on the way
+(including Ctrl-C) stops everything it started before the error propagates. Leaving stops it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+
+from autotune.errors import EngineStartError
+
+
+class Launched:
+    """Subclasses implement start(), wait_ready() and stop()."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def wait_ready(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def stop_after_failed_start(self) -> None:
+        """Stopping when start-up failed: the start error is the news, so this must not raise."""
+        self.stop()
+
+    def __enter__(self):  # -> Self (each launcher returns itself)
+        try:
+            self.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop_after_failed_start()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_for_health(
+    url: str,
+    started_at: float,
+    timeout_s: float,
+    why_dead: Callable[[], str | None],
+    log_text: Callable[[], str],
+    what: str = "startup timeout",
+) -> float:
+    """Poll `url` until it answers 200; returns seconds since `started_at` (time.monotonic).
+
+    Raises EngineStartError at once when `why_dead()` names a reason (process exited, watchdog,
+    a node gone), and with timed_out=True after `timeout_s`; both carry the log for classification.
+    """
+    deadline = started_at + timeout_s
+    with httpx.Client(timeout=5.0) as http:
+        while True:
+            dead = why_dead()
+            if dead:
+                raise EngineStartError(f"{dead} before the engine became healthy", log_tail=log_text())
+            try:
+                if http.get(url).status_code == 200:
+                    return time.monotonic() - started_at
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"engine not healthy at {url} after {timeout_s:.0f} s ({what})",
+                    log_tail=log_text(),
+                    timed_out=True,
+                )
+            time.sleep(0.5)
