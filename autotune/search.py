@@ -32,7 +32,9 @@ from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.recipe import recipe_from_plan, recipe_from_trial, to_yaml
 from autotune.space import (
+    Check,
     Pruner,
+    count_candidates,
     enumerate_candidates,
     load_space,
     make_candidate,
@@ -97,7 +99,7 @@ def check_writable(db_path: Path) -> None:
         raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 
-def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int):
+def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Check:
     def check(candidate: Candidate) -> str | None:
         try:
             parallel_layout(space, candidate, hardware, nodes)
@@ -117,6 +119,24 @@ def with_cluster_parallelism(space: SearchSpace, engine: Engine, hardware: Hardw
         raise ConfigError(f"engine {engine.name!r} cannot run on {nodes} nodes (no tensor parallelism)")
     fixed = {**space.fixed, "tensor_parallel_size": nodes * max(hardware.gpus_per_node, 1)}
     return space.model_copy(update={"fixed": fixed})
+
+
+def launchable(
+    space: SearchSpace, engine: Engine, hardware: HardwareProfile, nodes: int
+) -> tuple[SearchSpace, Check, Check, list[Candidate]]:
+    """The space as it runs on `nodes` boxes, its rule and layout checks, and the candidates both
+    allow; a clear error when none is left (the first layout problem, else the rules)."""
+    space = with_cluster_parallelism(space, engine, hardware, nodes)
+    rules, layout = rules_check(space), layout_check(space, hardware, nodes)
+    allowed = [c for c in enumerate_candidates(space) if rules(c) is None]
+    kept = [c for c in allowed if layout(c) is None]
+    if not kept:
+        if allowed:
+            raise ConfigError((layout(allowed[0]) or "").removeprefix("layout: "))
+        raise NoValidCandidate(
+            f"space {space.name!r}: the rules rule out all {count_candidates(space)} candidates"
+        )
+    return space, rules, layout, kept
 
 
 def cluster_for(
@@ -180,23 +200,9 @@ def prepare(
     device = detect_device()
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
-    space = with_cluster_parallelism(space, engine, profile, node_count)
-    space = space.model_copy(update={"model": model})
-    rules, layout = rules_check(space), layout_check(space, profile, node_count)
-    total = 0
-    after_rules = 0
-    first_layout_error = None
-    for candidate in enumerate_candidates(space):
-        total += 1
-        if rules(candidate) is None:
-            problem = layout(candidate)
-            if problem is None:
-                after_rules += 1
-            first_layout_error = first_layout_error or problem
-    if after_rules == 0:
-        if first_layout_error:
-            raise ConfigError(first_layout_error.removeprefix("layout: "))
-        raise NoValidCandidate(f"space {space.name!r}: the rules rule out all {total} candidates")
+    space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
+    launcher_name = launcher or space.launcher
+    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image)
     host = fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
@@ -206,8 +212,6 @@ def prepare(
     probes = store.probe_results(host.key()) if store else []
     pruner = Pruner([rules, layout, probes_check(probes), fits_check(space, profile, node_count)])
     name = study or f"{space.name}-{profile.name}-x{node_count}"
-    launcher_name = launcher or space.launcher
-    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image)
     ctx = TrialContext(
         study=name,
         space=space,
@@ -229,8 +233,8 @@ def prepare(
         store=store,
         pruner=pruner,
         ctx=ctx,
-        candidates_total=total,
-        candidates_after_rules=after_rules,
+        candidates_total=count_candidates(space),
+        candidates_after_rules=len(kept),
         first=first,
     )
 
@@ -379,12 +383,5 @@ def _planned(
     device = detect_device() if (hardware or space.hardware) == "auto" else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
-    space = with_cluster_parallelism(space, engine, profile, node_count)
-    rules, layout = rules_check(space), layout_check(space, profile, node_count)
-    allowed = [c for c in enumerate_candidates(space) if rules(c) is None]
-    kept = [c for c in allowed if layout(c) is None]
-    if not kept:
-        if allowed:
-            raise ConfigError((layout(allowed[0]) or "").removeprefix("layout: "))
-        raise NoValidCandidate(f"space {space.name!r}: the rules rule out every candidate")
+    space, _, _, kept = launchable(space, engine, profile, node_count)
     return space, engine, profile, node_count, kept
