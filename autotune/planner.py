@@ -881,6 +881,15 @@ def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, in
     return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
 
 
+def _on_cores(hardware: HardwareProfile, point: dict[str, Any]) -> HardwareProfile:
+    """A CPU calibration point measured on `cores` cores: the profile's compute scaled as
+    `--hardware auto` scales it on such a host."""
+    cores = point.get("cores")
+    if not cores or not hardware.nominal_cores:
+        return hardware
+    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores})
+
+
 def calibrate(profile_name: str) -> dict[str, float | None]:
     """Refit a profile's decode/prefill efficiency and all-reduce step from its calibration points
     in hardware_profiles.yaml; None where it has no points."""
@@ -898,7 +907,7 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
         pairs = []
         for point in points.get(kind, []):
             space, candidate, nodes = _calibration_case(point)
-            predicted = getattr(estimate(space, candidate, hardware, nodes, facts=bare), attr)
+            predicted = getattr(estimate(space, candidate, _on_cores(hardware, point), nodes, facts=bare), attr)
             if predicted is None:
                 raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
             pairs.append((predicted, float(point["measured_tps"])))

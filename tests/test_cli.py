@@ -161,3 +161,19 @@ def test_plan_layout_mismatch(capsys):
 def test_unknown_hardware(capsys):
     code, out = run(capsys, "plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "tpu9")
     assert code == 2 and "tpu9" in out
+
+
+def test_probe_without_engine_stores_and_reuses(tmp_path, capsys):
+    import json
+
+    db = tmp_path / "runs.db"
+    code, out = run(capsys, "probe", "--space", "llamacpp-gemma3-270m", "--db", str(db), "--no-engine", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    features = {r["feature"]: r for r in report["results"]}
+    assert "kernel:fp8_scaled_mm_tensorwise" in features and "kernel:bf16_golden" in features
+    assert report["reused"] is False and report["device"]["cpu_cores"] >= 1
+    code, out = run(capsys, "probe", "--space", "llamacpp-gemma3-270m", "--db", str(db), "--no-engine", "--json")
+    assert code == 0 and json.loads(out)["reused"] is True
+    code, out = run(capsys, "probe", "--space", "llamacpp-gemma3-270m", "--db", str(db), "--no-engine")
+    assert code == 0 and "capabilities" in out and "stored results reused" in out

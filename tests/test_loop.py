@@ -95,6 +95,7 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert base.needle is not None and base.needle.cases[0].prompt_tokens > 800
     assert base.qeval is not None and base.qeval.total == 8
     assert base.selected["flash_attn"] == "disabled" and base.selected["kv_cache_v"] == "f16"
+    assert base.predicted["decode_tps"] > 0  # the planner's figure, kept beside the measured one
     assert not engine_pids(alias)
 
     # q8_0 V without flash attention cannot create a context: one launch fails, the other is learned

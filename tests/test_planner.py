@@ -250,6 +250,9 @@ def test_spark_efficiencies_in_the_yaml_are_the_fit_of_its_calibration_points():
     assert h200_facts.step_overhead_ms == pytest.approx(h200["step_overhead_ms"], abs=0.0005)
     assert h200_facts.eager_step_overhead_ms == pytest.approx(h200["eager_step_overhead_ms"], abs=0.0005)
     assert facts.eager_step_overhead_ms == pytest.approx(fitted["eager_step_overhead_ms"], abs=0.0005)
+    cpu, cpu_facts = calibrate("cpu"), planner_facts(get_profile("cpu"))
+    assert cpu_facts.decode_efficiency == pytest.approx(cpu["decode_efficiency"], abs=0.0005)
+    assert cpu_facts.prefill_efficiency == pytest.approx(cpu["prefill_efficiency"], abs=0.0005)
 
 
 # ---------------------------------------------------------------- plan, table, the seed spaces

@@ -143,7 +143,7 @@ def test_sandbox_kills_an_endless_loop_within_its_limit() -> None:
     start = time.monotonic()
     result = run_python_tests("def f():\n    while True:\n        pass\n", ["f() == 1"], timeout_s=1.0)
     assert result.timed_out and not result.ok
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < 20.0  # killed, not left running (generous: CI machines are busy)
 
 
 def test_sandbox_refuses_network_and_stray_writes(tmp_path: Any) -> None:

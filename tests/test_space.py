@@ -114,7 +114,7 @@ engine: llamacpp
 model: {name: m, path: model.gguf}
 knobs:
   - {name: n_threads, values: [1, 2], default: 1}
-  - {name: OMP_NUM_THREADS, kind: env, values: [1, 2], default: null}
+  - {name: OMP_NUM_THREADS, kind: env, values: [null, 1, 2], default: null}
 """
     space = load_space(write(tmp_path, text))
     cand = make_candidate(space, {"OMP_NUM_THREADS": 2})

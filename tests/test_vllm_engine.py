@@ -210,6 +210,9 @@ def space(**overrides) -> SearchSpace:
         ],
     }
     data.update(overrides)
+    for knob in data["knobs"]:  # the baseline value must be a candidate value too
+        if knob.get("default") not in knob["values"]:
+            knob["values"] = [knob.get("default"), *knob["values"]]
     return SearchSpace.model_validate(data)
 
 

@@ -85,21 +85,25 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
             per_pass.append(geomean(rates))
     if not per_pass:
         raise MeasurementFailed(f"{set_name} decode: {_failed_detail(results)}")
-    cond = (
-        f"1 stream, {set_name} prompts ({len(prompts)}), up to {workload.decode_max_tokens} output tokens, "
-        f"greedy; median of {len(per_pass)} passes, each the geometric mean over prompts"
-    )
+    setting = f"1 stream, {set_name} prompts ({len(prompts)}), up to {workload.decode_max_tokens} output tokens, greedy"
+    per_request = f"{setting}; median over {len(ttfts)} requests"
     out = [
-        Measurement.of(f"decode_tps.{set_name}", "tok/s", f"decode tok/s, {cond}", per_pass, failed),
-        Measurement.of(f"ttft_ms.{set_name}", "ms", f"TTFT, {cond}; median over requests", ttfts),
-        Measurement.of(f"tpot_ms.{set_name}", "ms", f"TPOT, {cond}; median over requests", tpots),
+        Measurement.of(
+            f"decode_tps.{set_name}",
+            "tok/s",
+            f"decode tok/s, {setting}; median of {len(per_pass)} passes, each the geometric mean over prompts",
+            per_pass,
+            failed,
+        ),
+        Measurement.of(f"ttft_ms.{set_name}", "ms", f"TTFT, {per_request}", ttfts),
+        Measurement.of(f"tpot_ms.{set_name}", "ms", f"TPOT, {per_request}", tpots),
     ]
     if chunk_ratio:
         out.append(
             Measurement.of(
                 f"tokens_per_chunk.{set_name}",
                 "tokens",
-                f"tokens per streamed chunk (>1 means drafted tokens arrive together), {cond}",
+                f"tokens per streamed chunk (>1 means drafted tokens arrive together), {per_request}",
                 chunk_ratio,
             )
         )
