@@ -11,11 +11,9 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
-
 from autotune.errors import ConfigError
 from autotune.models import Candidate, ProbeResult, Rule, Scalar, SearchSpace
+from autotune.yaml_files import load_yaml_model
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 DEFAULT_SPACE = "llamacpp-gemma3-270m"
@@ -40,33 +38,8 @@ def space_path(name_or_path: str) -> Path:
     return candidate
 
 
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    parts = []
-    for err in errors[:3]:
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key {where!r}")
-        else:
-            parts.append(f"{where}: {err['msg']}")
-    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
-    return "; ".join(parts) + more
-
-
 def load_space(name_or_path: str) -> SearchSpace:
-    path = space_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a search space must be a YAML mapping, got {type(data).__name__}")
-    try:
-        return SearchSpace.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: {_first_error(exc)}") from exc
+    return load_yaml_model(space_path(name_or_path), SearchSpace, "search space")
 
 
 def make_candidate(space: SearchSpace, tuned: dict[str, Scalar]) -> Candidate:

@@ -16,11 +16,9 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import yaml
-from pydantic import ValidationError
-
 from autotune.errors import ConfigError
 from autotune.models import Cluster, ClusterNode, LaunchSpec
+from autotune.yaml_files import load_yaml_model
 
 if TYPE_CHECKING:
     from autotune.launchers.watchdog import WatchdogLimits
@@ -28,19 +26,8 @@ if TYPE_CHECKING:
 #: read from the caller's environment when a process or container starts; never written anywhere
 PASS_THROUGH_ENV: tuple[str, ...] = ("HF_TOKEN",)
 def load_cluster(path: Path) -> Cluster:
-    """A cluster file (YAML with `nodes:` ...); ConfigError with the first problem when it is wrong."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"cluster file {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"cluster file {path} is not valid YAML: {exc}") from None
-    try:
-        return Cluster.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise ConfigError(f"cluster file {path}: {where}: {err['msg']}") from None
+    """A cluster file (YAML with `nodes:` ...); ConfigError with the first problems when it is wrong."""
+    return load_yaml_model(path, Cluster, "cluster file")
 
 
 def host_ip() -> str:
