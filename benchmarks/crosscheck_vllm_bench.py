@@ -3,10 +3,12 @@
     python benchmarks/crosscheck_vllm_bench.py --space vllm-gemma3-270m --model DIR --out DIR
 
 Starts vLLM with the space's baseline (engine defaults), then measures the same prompts (the
-shipped prose + structured sets, chat endpoint, greedy, `ignore_eos`, fixed output length) twice:
-with autotune's client, and with `vllm bench serve` (openai-chat backend, custom dataset,
-concurrency 1). Writes crosscheck.json: TTFT, TPOT and single-stream output tok/s of both, and
-their relative differences. Needs vLLM (and pandas, which vLLM's custom dataset loader uses).
+shipped prose + structured sets, chat endpoint, greedy, `ignore_eos`, fixed output length) with
+`vllm bench serve` (openai-chat backend, custom dataset, concurrency 1) and with autotune's client,
+with and without a per-request `seed`, interleaved over `--rounds` (bench, autotune+seed,
+autotune, bench, ...) so warm-up and drift hit every arm alike. Writes crosscheck.json: each arm's
+median over rounds of TTFT, TPOT and single-stream output tok/s, and the relative differences
+against vllm bench serve. Needs vLLM (and pandas, which vLLM's custom dataset loader uses).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from autotune.space import baseline, load_space  # noqa: E402
 from autotune.study import free_port  # noqa: E402
 
 
-async def ours(base_url: str, model: str, prompts: list[str], max_tokens: int, passes: int) -> dict[str, float]:
-    async with OpenAIClient(base_url, model, timeout_s=120) as client:
+async def ours(
+    base_url: str, model: str, prompts: list[str], max_tokens: int, passes: int, seed: int | None
+) -> dict[str, float]:
+    async with OpenAIClient(base_url, model, timeout_s=120, seed=seed) as client:
         await client.chat(user(prompts[0]), max_tokens=16)  # warm-up, as vllm bench's --num-warmups 1
         results = []
         for _ in range(passes):
@@ -47,7 +51,9 @@ async def ours(base_url: str, model: str, prompts: list[str], max_tokens: int, p
     }
 
 
-def vllm_bench(base_url: str, model: str, tokenizer: str, prompts: list[str], max_tokens: int, passes: int, out: Path) -> dict[str, float]:
+def vllm_bench(
+    base_url: str, model: str, tokenizer: str, prompts: list[str], max_tokens: int, passes: int, out: Path
+) -> dict[str, float]:
     dataset = out / "crosscheck_prompts.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for _ in range(passes) for p in prompts))
     argv = [
@@ -80,6 +86,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the three arms")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,11 +97,19 @@ def main() -> None:
     launch = engine.render(baseline(space), model, port)
     served = model.served_name or model.name
     prompts = [p.prompt for s in ("prose", "structured") for p in load_prompts(s)[:3]]
+    arms: dict[str, list[dict[str, float]]] = {"vllm_bench_serve": [], "autotune_seed": [], "autotune_no_seed": []}
     with ServerProcess(launch, out / "crosscheck_server.log", startup_timeout_s=space.workload.startup_timeout_s) as server:
-        mine = asyncio.run(ours(server.base_url, served, prompts, args.max_tokens, args.passes))
-        theirs = vllm_bench(server.base_url, served, model.path or "", prompts, args.max_tokens, args.passes, out)
-    diff = {k: (mine[k] - theirs[k]) / theirs[k] for k in ("median_ttft_ms", "median_tpot_ms", "output_tps")}
-    report = {"autotune": mine, "vllm_bench_serve": theirs, "relative_difference": diff, "launch": launch.server.argv}
+        for _ in range(args.rounds):
+            arms["vllm_bench_serve"].append(
+                vllm_bench(server.base_url, served, model.path or "", prompts, args.max_tokens, args.passes, out)
+            )
+            for arm, seed in (("autotune_seed", 1234), ("autotune_no_seed", None)):
+                arms[arm].append(asyncio.run(ours(server.base_url, served, prompts, args.max_tokens, args.passes, seed)))
+    keys = ("median_ttft_ms", "median_tpot_ms", "output_tps")
+    medians = {arm: {k: statistics.median(r[k] for r in rounds) for k in keys} for arm, rounds in arms.items()}
+    ref = medians["vllm_bench_serve"]
+    diff = {arm: {k: (m[k] - ref[k]) / ref[k] for k in keys} for arm, m in medians.items() if arm != "vllm_bench_serve"}
+    report = {"rounds": arms, "medians": medians, "relative_difference": diff, "launch": launch.server.argv}
     (out / "crosscheck.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
 

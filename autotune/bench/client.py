@@ -39,7 +39,7 @@ class OpenAIClient:
         *,
         tokenize_path: str = "/tokenize",
         timeout_s: float = 180.0,
-        seed: int = 1234,
+        seed: int | None = 1234,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Any = time.perf_counter,
     ) -> None:
@@ -79,10 +79,11 @@ class OpenAIClient:
             "model": self.model,
             "max_tokens": max_tokens,
             "temperature": 0.0,
-            "seed": self.seed,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if self.seed is not None:
+            body["seed"] = self.seed
         body.update(extra)
         return body
 

@@ -29,8 +29,8 @@ study1)
   timeout 540 $at search "${space[@]}" --trials 3 "${tries[@]}" > "$OUT/study1.txt" 2>&1
   save ;;
 study2)
-  timeout 400 $at search "${space[@]}" --trials 5 "${tries[@]}" > "$OUT/study2.txt" 2>&1
-  timeout 170 python3 benchmarks/crosscheck_vllm_bench.py --model "$MODEL" --out "$W/xcheck" > "$OUT/crosscheck.txt" 2>&1
+  timeout 330 $at search "${space[@]}" --trials 5 "${tries[@]}" > "$OUT/study2.txt" 2>&1
+  timeout 240 python3 benchmarks/crosscheck_vllm_bench.py --model "$MODEL" --out "$W/xcheck" > "$OUT/crosscheck.txt" 2>&1
   cp "$W/xcheck/crosscheck.json" "$OUT/" 2>/dev/null
   COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
   $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
