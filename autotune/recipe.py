@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from autotune import __version__
+from autotune.errors import ConfigError
 from autotune.models import (
     Candidate,
     LaunchSpec,
@@ -179,7 +180,12 @@ def from_yaml(text: str) -> Recipe:
     return Recipe.model_validate(data)
 
 
-def write_recipe(recipe: Recipe, path: Path) -> str:
+def render_recipe(recipe: Recipe, output: Path | None) -> str:
+    """The recipe as YAML, also written to `output` when one is given."""
     text = to_yaml(recipe)
-    path.write_text(text)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
     return text

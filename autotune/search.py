@@ -30,7 +30,7 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.recipe import recipe_from_plan, recipe_from_trial, to_yaml
+from autotune.recipe import recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.space import (
     Check,
     Pruner,
@@ -336,12 +336,7 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
         if chosen.status != "ok":
             raise ConfigError(f"trial {trial_number} did not run ({chosen.status}: {chosen.reason}); nothing to export")
     recipe = recipe_from_trial(space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path))
-    text = to_yaml(recipe)
-    if output is not None:
-        try:
-            output.write_text(text)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    text = render_recipe(recipe, output)
     store.save_recipe(name, chosen.number, recipe.kind, text)
     return text
 
@@ -359,12 +354,7 @@ def predicted_recipe(
     cluster = placeholder_cluster(node_count, profile.gpus_per_node) if node_count > 1 else None
     ctx = TrialContext(study="plan", space=space, model=space.model, engine=engine, logs_dir=Path("."), cluster=cluster)
     recipe = recipe_from_plan(space, candidate, best, ctx.render(candidate), profile.name, node_count)
-    text = to_yaml(recipe)
-    if output is not None:
-        try:
-            output.write_text(text)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    text = render_recipe(recipe, output)
     return text
 
 
