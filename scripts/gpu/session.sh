@@ -5,8 +5,10 @@
 #   bash scripts/gpu/session.sh setup   # install the carried bundle, convert Gemma, probe
 #   bash scripts/gpu/session.sh study1  # baseline + first tuned trials
 #   bash scripts/gpu/session.sh study2  # more trials, cross-check against vllm bench serve, export
+#   bash scripts/gpu/session.sh confirm # one interleaved relaunch round of best vs baseline, export
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# /tmp/site-extra: sentencepiece/protobuf for the tokenizer rebuild, installed only if the machine lacks them
+export PYTHONPATH=/tmp/site:$PWD:/tmp/site-extra PYTHONUNBUFFERED=1
 W=/tmp/autotune; DB=$W/runs.db; MODEL=/tmp/gemma-hf
 mkdir -p "$W/logs"
 at="python3 -m autotune"
@@ -17,6 +19,10 @@ save() { cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" lo
 case "${1:-}" in
 setup)
   (cd /tmp/gpu-bundle && cat part* | tar x && bash stage/install-on-device) || exit 1
+  for mod in sentencepiece:sentencepiece google.protobuf:protobuf; do
+    python3 -c "import ${mod%%:*}" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
+      --target /tmp/site-extra /tmp/gpu-bundle/extra/${mod##*:}-*.whl
+  done
   python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out "$MODEL" || exit 1
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm_serve_help_all.txt" 2>&1
@@ -35,5 +41,10 @@ study2)
   COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
   $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
   save ;;
-*) echo "usage: $0 setup|study1|study2" >&2; exit 2 ;;
+confirm)
+  timeout 560 $at search "${space[@]}" --trials 5 "${tries[@]}" --confirm-rounds 1 > "$OUT/confirm.txt" 2>&1
+  COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
+  $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
+  save ;;
+*) echo "usage: $0 setup|study1|study2|confirm" >&2; exit 2 ;;
 esac
