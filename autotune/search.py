@@ -17,6 +17,7 @@ from autotune.confirm import confirm
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
 from autotune.hardware import parallel_layout, resolve_hardware
+from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
 from autotune.model_files import resolve_model
 from autotune.models import (
@@ -42,7 +43,7 @@ from autotune.space import (
     rules_check,
 )
 from autotune.store import Store
-from autotune.study import Reporter, StudyOutcome, Tuner, free_port, outcome_of
+from autotune.study import Reporter, StudyOutcome, Tuner, outcome_of
 from autotune.trial import TrialContext
 
 

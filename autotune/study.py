@@ -9,7 +9,6 @@ measured in the study is never launched again: its stored score is told instead.
 from __future__ import annotations
 
 import random
-import socket
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -20,6 +19,7 @@ from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
+from autotune.launchers.base import free_port
 from autotune.models import Candidate, Confirmation, Scalar, TrialResult
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
@@ -67,12 +67,6 @@ class StudyOutcome(BaseModel):
     @property
     def best(self) -> TrialResult | None:
         return self.ranked[0] if self.ranked else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:

@@ -29,7 +29,7 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.launchers.process import ServerProcess  # noqa: E402
 from autotune.model_files import resolve_model  # noqa: E402
 from autotune.space import baseline, load_space  # noqa: E402
-from autotune.study import free_port  # noqa: E402
+from autotune.launchers.base import free_port  # noqa: E402
 
 
 async def ours(

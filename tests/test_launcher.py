@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,14 +14,9 @@ import pytest
 
 from autotune.errors import EngineStartError
 from autotune.launchers.process import ServerProcess
+from autotune.launchers.base import free_port
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import LaunchSpec, NodeLaunch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(argv: list[str], port: int, health: str = "/") -> LaunchSpec:

@@ -5,7 +5,6 @@ HTTP server standing in for vLLM's port. What is fake: the daemon and everything
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ pytest.importorskip("docker", reason="the docker launcher needs the Docker SDK: 
 from fakes.docker_api import FakeContainer, FakeDockerEngine, FakeExec  # noqa: E402
 
 from autotune.engines.vllm import VllmEngine  # noqa: E402
+from autotune.launchers.base import free_port  # noqa: E402
 from autotune.errors import EngineStartError, EngineUnavailable  # noqa: E402
 from autotune.launchers.cluster import Cluster, ClusterNode  # noqa: E402
 from autotune.launchers.docker import (  # noqa: E402
@@ -34,12 +34,6 @@ IMAGE_ID = "sha256:" + "3f" * 32
 MODEL = ModelSpec(name="gemma", path="/models/gemma")
 HCAS = ["rocep1s0f1", "roceP2p1s0f1"]
 SECRET = "hf_not_a_real_token_123"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Health:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import socket
 import sys
 import tempfile
 import textwrap
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.vllm import VllmEngine, ray_start_argv
+from autotune.launchers.base import free_port
 from autotune.errors import ConfigError, EngineStartError
 from autotune.launchers.cluster import (
     Cluster,
@@ -218,12 +218,6 @@ DRIVER_SERVER = textwrap.dedent(
     http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

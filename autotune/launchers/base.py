@@ -6,12 +6,20 @@ A launcher is entered to start the engine and wait until it is ready; any failur
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 
 import httpx
 
 from autotune.errors import EngineStartError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class Launched:
