@@ -125,3 +125,55 @@ def test_complete_streams_text_from_the_completions_endpoint():
     assert seen["body"]["prompt"].endswith("Answer:") and seen["body"]["stop"] == ["\nQuestion:"]
     assert seen["body"]["temperature"] == 0.0 and seen["body"]["stream"] is True
     assert result.ok and result.text == " 42\n" and result.n_out == 2 and result.n_in == 9
+
+
+def test_requests_reuse_one_connection_so_ttft_holds_no_connect():
+    """A real socket server that counts accepted connections and ends each SSE body with a separate
+    write after [DONE]: the client must read to the end, so three requests share one connection."""
+    import socket
+    import threading
+
+    body_head = sse(chunk("hi"), chunk(usage={"completion_tokens": 1}), "[DONE]")
+    accepted: list[int] = []
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            with conn:
+                while True:
+                    request = b""
+                    while b"\r\n\r\n" not in request:
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        request += data
+                    if not data:
+                        break
+                    head, _, rest = request.partition(b"\r\n\r\n")
+                    length = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+                    while len(rest) < length:
+                        rest += conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(body_head), body_head))
+                    threading.Event().wait(0.05)  # the end of the body comes later, as over a real network
+                    conn.sendall(b"0\r\n\r\n")
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    threading.Thread(target=serve, args=(listener,), daemon=True).start()
+
+    async def three() -> list:
+        async with OpenAIClient(f"http://127.0.0.1:{listener.getsockname()[1]}", "m") as client:
+            return [await client.chat([{"role": "user", "content": "x"}], max_tokens=1) for _ in range(3)]
+
+    try:
+        results = run(three())
+    finally:
+        listener.close()
+    assert all(r.ok and r.n_out == 1 for r in results)
+    assert len(accepted) == 1

@@ -113,7 +113,9 @@ class OpenAIClient:
                         continue
                     payload = line[5:].strip()
                     if payload == "[DONE]":
-                        break
+                        # read on to the end of the body: leaving early closes the connection, and
+                        # every next request would pay a new TCP connect inside its TTFT
+                        continue
                     event = json.loads(payload)
                     if event.get("usage"):
                         usage = event["usage"]
