@@ -543,9 +543,10 @@ def launch_matrix(
                                          evidence=f"not launched: {exc}")
                 if not (result.status == "fails" and _port_clash(log_path)):
                     break  # a port taken by a neighbouring launch is not the combination's fault: retry once
-        results[combo] = result
-        if on_result:
-            on_result(result)
+        results[combo] = result  # as launched; the golden rule applies at the end, over all of them
+        if on_result:  # the reference runs first, so progress can already show the final verdict
+            reference = result if combo.is_reference else next((r for c, r in results.items() if c.is_reference), None)
+            on_result(_golden_rule(result, reference, golden) if reference else result)
         return result
 
     if todo:
@@ -565,17 +566,17 @@ def _port_clash(log_path: Path) -> bool:
 
 def _apply_golden_rule(results: list[ProbeResult], combos: list[Combo], golden: str | None) -> list[ProbeResult]:
     """Golden mismatches stand only if the reference combination produced the golden text."""
-    if golden is None:
-        return results
     reference = next((r for r, c in zip(results, combos) if c.is_reference), None)
-    if reference is not None and reference.status == "works":
-        return results
+    return [_golden_rule(r, reference, golden) for r in results]
+
+
+def _golden_rule(result: ProbeResult, reference: ProbeResult | None, golden: str | None) -> ProbeResult:
+    if golden is None or result.signature != "golden_mismatch" or (reference is not None and reference.status == "works"):
+        return result
     why = "the reference launch did not produce it" if reference else "no reference launch (auto, auto) to trust it"
-    return [
-        r.model_copy(update={"status": "works", "signature": None, "evidence": f"{r.evidence} (golden ignored: {why})"})
-        if r.signature == "golden_mismatch" else r
-        for r in results
-    ]
+    return result.model_copy(
+        update={"status": "works", "signature": None, "evidence": f"{result.evidence} (golden ignored: {why})"}
+    )
 
 
 # ---------------------------------------------------------------------- CLI

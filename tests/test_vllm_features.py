@@ -311,6 +311,21 @@ def test_golden_mismatch_counts_only_when_the_reference_passes(tmp_path):
     assert "golden ignored" in untrusted[1].evidence
 
 
+def test_progress_shows_the_golden_verdict_that_will_be_stored(tmp_path):
+    """The reference launches first, so each progress line can already carry the final status."""
+    combos = F.make_combos(["auto", "fp8", "fp8_e5m2"], ["auto"])
+    for scripted, expected in (
+        ({F.Combo("auto", None): ("fails", "golden_mismatch"), F.Combo("fp8", None): ("fails", "golden_mismatch")},
+         ["works", "works", "works"]),
+        ({F.Combo("fp8", None): ("fails", "golden_mismatch")}, ["works", "fails", "works"]),
+    ):
+        shown: list = []
+        stored = F.launch_matrix("m", combos, log_dir=tmp_path, golden="Paris", on_result=shown.append,
+                                 launcher=scripted_launcher(scripted, []))
+        assert [r.status for r in stored] == expected
+        assert [r.status for r in shown] == expected
+
+
 # ---------------------------------------------------------------------- against the fake vLLM
 
 
