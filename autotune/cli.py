@@ -76,6 +76,14 @@ def search(
     confirm_rounds: Annotated[
         int, typer.Option("--confirm-rounds", min=0, help="re-launch best and baseline alternately this many times (0: off)")
     ] = 2,
+    time_budget: Annotated[
+        Optional[float],
+        typer.Option(
+            "--time-budget",
+            min=0.01,
+            help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits",
+        ),
+    ] = None,
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching."""
     from autotune import search as search_lib
@@ -102,6 +110,7 @@ def search(
         trials=trials,
         seed=seed,
         confirm_rounds=confirm_rounds,
+        time_budget_s=None if time_budget is None else time_budget * 60.0,
         reporter=report.RichReporter(console),
     )
     report.print_outcome(console, plan, outcome)

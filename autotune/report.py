@@ -158,6 +158,8 @@ def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> 
     print_best(console, outcome)
     if outcome.exhausted:
         console.print("every candidate that survives pruning has been measured")
+    if outcome.stopped:
+        console.print(f"stopped early: {outcome.stopped}")
     console.print(f"results in {plan.db_path}; `autotune export --db {plan.db_path} --study {outcome.name}` writes the recipe")
 
 

@@ -43,7 +43,7 @@ from autotune.space import (
     rules_check,
 )
 from autotune.store import Store
-from autotune.study import Reporter, StudyOutcome, Tuner, outcome_of
+from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.trial import TrialContext
 
 
@@ -278,11 +278,13 @@ def run(
     trials: int,
     seed: int = 0,
     confirm_rounds: int = 0,
+    time_budget_s: float | None = None,
     reporter: Reporter | None = None,
 ) -> StudyOutcome:
     assert plan.store is not None
     host_key = plan.store.save_host(plan.host)
     plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key)
+    budget = TimeBudget(time_budget_s)
     tuner = Tuner(
         plan.ctx,
         plan.store,
@@ -294,13 +296,19 @@ def run(
         first=plan.first,
         predict=lambda c: estimate(plan.space, c, plan.hardware, plan.nodes).predicted(),
         reporter=reporter,
+        budget=budget,
     )
     result = tuner.run()
     best, base = result.best, result.baseline
     if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
+        # a confirmation round relaunches two engines; a trial's time is an upper bound for each
+        typical = typical_trial_s(result.trials)
+        refusal = budget.refusal(2 * typical if typical else None, "a confirmation round")
+        if refusal:
+            return result.model_copy(update={"stopped": f"confirmation skipped: {refusal}"})
         events = reporter.trial_event if reporter else (lambda _: None)
         plan.store.save_confirmation(confirm(plan.ctx, best, base, confirm_rounds, free_port, events))
-        result = outcome_of(plan.store, plan.study, result.exhausted)
+        result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
     return result
 
 

@@ -9,6 +9,8 @@ measured in the study is never launched again: its stored score is told instead.
 from __future__ import annotations
 
 import random
+import statistics
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -62,6 +64,7 @@ class StudyOutcome(BaseModel):
     baseline: TrialResult | None
     skipped_reasons: dict[str, int]
     exhausted: bool = False
+    stopped: str | None = None  # why the study ended before its trial count (e.g. the time budget)
     confirmation: Confirmation | None = None
 
     @property
@@ -69,11 +72,35 @@ class StudyOutcome(BaseModel):
         return self.ranked[0] if self.ranked else None
 
 
+class TimeBudget:
+    """A wall-clock budget for launches: the next one starts only if a typical one still fits."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.started = clock()
+
+    def left_s(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - (self.clock() - self.started)
+
+    def refusal(self, expected_s: float | None, what: str = "a trial") -> str | None:
+        """Why the next launch does not fit, or None when it does (or nothing is known yet)."""
+        if self.seconds is None or expected_s is None or expected_s <= self.left_s():
+            return None
+        return f"time budget: {max(0.0, self.left_s()):.0f} s left, {what} takes ~{expected_s:.0f} s here"
+
+
+def typical_trial_s(trials: list[TrialResult]) -> float | None:
+    """Median wall time of the launched trials so far (None before the first)."""
+    durations = [t.duration_s for t in trials if t.status != "skipped" and t.duration_s]
+    return statistics.median(durations) if durations else None
+
+
 def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
     return {k.name: CategoricalDistribution(k.values) for k in ctx.space.knobs}
 
 
-def outcome_of(store: Store, name: str, exhausted: bool = False) -> StudyOutcome:
+def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
     trials = store.trials(name)
     base = next((t for t in trials if t.number == 0), None)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
@@ -84,6 +111,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False) -> StudyOutcome
         baseline=base,
         skipped_reasons=dict(skipped),
         exhausted=exhausted,
+        stopped=stopped,
         confirmation=store.confirmation(name),
     )
 
@@ -104,6 +132,7 @@ class Tuner:
         first: list[Candidate] | None = None,
         predict: Callable[[Candidate], dict[str, float]] | None = None,
         reporter: Reporter | None = None,
+        budget: TimeBudget | None = None,
     ) -> None:
         self.ctx = ctx
         self.store = store
@@ -115,6 +144,7 @@ class Tuner:
         self.first = first or []
         self.predict = predict
         self.reporter = reporter or SilentReporter()
+        self.budget = budget or TimeBudget(None)
         pruner.add(self._learned_failure)
 
     def _learned_failure(self, candidate: Candidate) -> str | None:
@@ -182,8 +212,12 @@ class Tuner:
         rng = random.Random(self.seed)
         idle = 0
         exhausted = False
+        stopped: str | None = None
         dists = distributions(self.ctx)
         while launched < self.trials:
+            stopped = self.budget.refusal(typical_trial_s(self.store.trials(self.ctx.study)))
+            if stopped:
+                break
             if idle >= MAX_IDLE_ASKS:
                 remaining = self._untried_feasible()
                 if not remaining:
@@ -231,7 +265,7 @@ class Tuner:
             self._tell(study, trial, result)
             ranked = rank(self.store.trials(self.ctx.study))
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
-        return outcome_of(self.store, self.ctx.study, exhausted)
+        return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         if result.status != "ok" or result.score is None:

@@ -125,3 +125,18 @@ def test_docker_launcher_needs_a_cluster_file(fake, tmp_path, capsys):
     assert code == 2
     assert "needs --cluster FILE" in capsys.readouterr().err
     assert not (tmp_path / "runs.db").exists()
+
+
+def test_time_budget_stops_before_a_trial_that_would_not_fit(fake, tmp_path, capsys):
+    """A budget shorter than one trial: the baseline runs (nothing is known before it), the next
+    trial is not started, and a resumed run with a larger budget goes on from there."""
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(fake), "--db", str(db), "--trials", "3", "--confirm-rounds", "0",
+            "--study", "t", "--no-accuracy"]
+    assert main([*args, "--time-budget", "0.01"]) == 0
+    out = capsys.readouterr().out
+    launched = [t for t in Store(db).trials("t") if t.status != "skipped"]
+    assert [t.number for t in launched] == [0] and launched[0].duration_s > 0.6  # 0.01 min
+    assert "stopped early: time budget" in out and "a trial takes" in out
+    assert main([*args, "--time-budget", "30"]) == 0
+    assert len([t for t in Store(db).trials("t") if t.status != "skipped"]) >= 2
