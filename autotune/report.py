@@ -87,12 +87,18 @@ class RichReporter:
 
 def trials_table(outcome: StudyOutcome) -> Table:
     best = outcome.best
-    table = Table(title=f"study {outcome.name}", show_lines=False)
-    for col in (
-        "#", "config", "decode tok/s", "predicted", "prose", "struct", "TTFT ms", "prefill tok/s", "needle", "qeval",
-        "verdict",
-    ):
-        table.add_column(col, overflow="fold")
+    table = Table(
+        title=f"study {outcome.name}",
+        caption="tok/s: decode, geometric mean of prose and structured (1 stream); pred.: the planner's "
+        "prediction; prefill: cold prefill tok/s at the longest prompt",
+        show_lines=False,
+    )
+    # short cells never wrap: on a narrow terminal config and verdict take the squeeze
+    table.add_column("#", no_wrap=True)
+    table.add_column("config", overflow="fold", min_width=16)
+    for col in ("tok/s", "pred.", "prose", "struct", "TTFT ms", "prefill", "needle", "qeval"):
+        table.add_column(col, no_wrap=True, justify="right")
+    table.add_column("verdict", overflow="fold", min_width=8)
     for t in outcome.trials:
         if t.status == "skipped":
             continue

@@ -32,17 +32,18 @@ setup)
   cp -r autotune-logs/probe "$W/logs/" 2>/dev/null
   save ;;
 study1)
-  timeout 540 $at search "${space[@]}" --trials 3 "${tries[@]}" > "$OUT/study1.txt" 2>&1
+  # --time-budget starts no trial that would not fit; `timeout` stays as the safety net under the 600 s call
+  timeout 580 $at search "${space[@]}" --trials 5 --time-budget 9 "${tries[@]}" > "$OUT/study1.txt" 2>&1
   save ;;
 study2)
-  timeout 330 $at search "${space[@]}" --trials 5 "${tries[@]}" > "$OUT/study2.txt" 2>&1
+  timeout 340 $at search "${space[@]}" --trials 5 --time-budget 5.5 "${tries[@]}" > "$OUT/study2.txt" 2>&1
   timeout 240 python3 benchmarks/crosscheck_vllm_bench.py --model "$MODEL" --out "$W/xcheck" > "$OUT/crosscheck.txt" 2>&1
   cp "$W/xcheck/crosscheck.json" "$OUT/" 2>/dev/null
   COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
   $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
   save ;;
 confirm)
-  timeout 560 $at search "${space[@]}" --trials 5 "${tries[@]}" --confirm-rounds 1 > "$OUT/confirm.txt" 2>&1
+  timeout 580 $at search "${space[@]}" --trials 5 --time-budget 9 "${tries[@]}" --confirm-rounds 1 > "$OUT/confirm.txt" 2>&1
   COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
   $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
   save ;;
