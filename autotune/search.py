@@ -302,13 +302,16 @@ def run(
     best, base = result.best, result.baseline
     if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
         # a confirmation round relaunches two engines; a trial's time is an upper bound for each
-        typical = typical_trial_s(result.trials)
-        refusal = budget.refusal(2 * typical if typical else None, "a confirmation round")
-        if refusal:
-            return result.model_copy(update={"stopped": f"confirmation skipped: {refusal}"})
+        round_s = 2 * typical if (typical := typical_trial_s(result.trials)) else None
+        rounds = budget.how_many_fit(confirm_rounds, round_s)
+        if rounds == 0:
+            return result.model_copy(
+                update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
+            )
         events = reporter.trial_event if reporter else (lambda _: None)
-        plan.store.save_confirmation(confirm(plan.ctx, best, base, confirm_rounds, free_port, events))
-        result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
+        plan.store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, events))
+        cut = f"confirmation cut to {rounds} of {confirm_rounds} rounds by the time budget" if rounds < confirm_rounds else None
+        result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped or cut)
     return result
 
 

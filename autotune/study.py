@@ -83,6 +83,12 @@ class TimeBudget:
     def left_s(self) -> float:
         return float("inf") if self.seconds is None else self.seconds - (self.clock() - self.started)
 
+    def how_many_fit(self, wanted: int, each_s: float | None) -> int:
+        """How many of `wanted` launches of ~`each_s` seconds fit in what is left."""
+        if self.seconds is None or not each_s:
+            return wanted
+        return max(0, min(wanted, int(self.left_s() // each_s)))
+
     def refusal(self, expected_s: float | None, what: str = "a trial") -> str | None:
         """Why the next launch does not fit, or None when it does (or nothing is known yet)."""
         if self.seconds is None or expected_s is None or expected_s <= self.left_s():

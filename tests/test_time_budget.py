@@ -21,6 +21,17 @@ def test_refuses_only_a_launch_that_would_not_fit():
 
 def test_no_budget_never_refuses():
     assert TimeBudget(None).refusal(1e9) is None
+    assert TimeBudget(None).how_many_fit(3, 1e9) == 3
+
+
+def test_rounds_are_cut_to_what_fits():
+    now = [0.0]
+    budget = TimeBudget(1000.0, clock=lambda: now[0])
+    now[0] = 400.0  # 600 s left
+    assert budget.how_many_fit(2, 250.0) == 2
+    assert budget.how_many_fit(3, 250.0) == 2
+    assert budget.how_many_fit(2, 700.0) == 0
+    assert budget.how_many_fit(2, None) == 2  # nothing measured: no basis to cut
 
 
 def test_typical_trial_time_is_the_median_of_launched_trials():

@@ -140,3 +140,15 @@ def test_time_budget_stops_before_a_trial_that_would_not_fit(fake, tmp_path, cap
     assert "stopped early: time budget" in out and "a trial takes" in out
     assert main([*args, "--time-budget", "30"]) == 0
     assert len([t for t in Store(db).trials("t") if t.status != "skipped"]) >= 2
+
+
+def test_time_budget_skips_a_confirmation_that_would_not_fit(fake, tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(fake), "--db", str(db), "--trials", "2", "--study", "c", "--no-accuracy",
+            "--try", "draft_k=4"]
+    assert main([*args, "--confirm-rounds", "0"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--confirm-rounds", "2", "--time-budget", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "stopped early: confirmation skipped: time budget" in out
+    assert Store(db).confirmation("c") is None
