@@ -154,7 +154,7 @@ def export(
     if predicted:
         if space is None:
             raise ConfigError("--predicted needs --space (the space to plan); it reads no study")
-        text = search_lib.predicted_recipe(space, hardware, nodes, None, output)
+        text = search_lib.predicted_recipe(space, hardware, nodes, None, output, db)
     else:
         store = search_lib.open_store(db, must_exist=True)
         text = search_lib.export_recipe(store, study, trial, output)
@@ -205,16 +205,18 @@ def probe(
 
 @app.command()
 def plan(
+    db: DbOption = DEFAULT_DB,
     space: SpaceOption = "llamacpp-gemma3-270m",
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model dir with config.json (overrides the space)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Memory fit and roofline predictions per candidate; launches nothing."""
+    """Memory fit and roofline predictions per candidate; launches nothing. Planning for this host's
+    own hardware, candidates its stored probes (runs.db) show failing are dropped with the reason."""
     from autotune import search as search_lib
 
-    report_ = search_lib.plan_space(space, hardware, nodes, model)
+    report_ = search_lib.plan_space(space, hardware, nodes, model, db)
     if as_json:
         console.print_json(report_.model_dump_json())
     else:

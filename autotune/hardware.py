@@ -164,6 +164,14 @@ def resolve_hardware(name: str, device: DeviceIdentity | None) -> HardwareProfil
     return profile.model_copy(update=update, deep=True)
 
 
+def is_this_host(profile: HardwareProfile, device: DeviceIdentity) -> bool:
+    """Whether `profile` is what this host is (so this host's probe results speak for it)."""
+    try:
+        return resolve_hardware("auto", device).name == profile.name
+    except ConfigError:
+        return False
+
+
 # ---------------------------------------------------------------- parallel layout
 
 

@@ -769,7 +769,7 @@ def plan(
             est = estimate(space, candidate, hardware, nodes)
         except ConfigError as exc:
             refused.append(exc)
-            dropped.append(_refused(candidate, str(exc)))
+            dropped.append(dropped_estimate(candidate, str(exc)))
             continue
         (kept if est.fits else dropped).append(est)
     if refused and len(refused) == len(dropped) and not kept:
@@ -778,7 +778,7 @@ def plan(
     return PlanReport(space=space.name, hardware=hardware.name, nodes=nodes, kept=kept, dropped=dropped)
 
 
-def _refused(candidate: Candidate, message: str) -> PlanEstimate:
+def dropped_estimate(candidate: Candidate, message: str) -> PlanEstimate:
     return PlanEstimate(
         candidate_key=candidate.key(), label=candidate.label(), tp=0, pp=0, weights_gb=None,
         kv_gb=None, overhead_gb=0.0, total_gb=0.0, usable_gb=0.0, fits=False, reason=message,
@@ -820,7 +820,7 @@ def render_plan_table(report: PlanReport) -> Table:
     tokens = [est.label.split(" ") for est in rows]
     shared = _common(tokens)
     shared_unknown = _common([est.unknown for est in report.kept])
-    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode = one stream; ? = unknown"]
+    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
     if shared:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
@@ -831,12 +831,11 @@ def render_plan_table(report: PlanReport) -> Table:
         caption="\n".join(caption),
         caption_justify="left",
     )
-    for name, justify in [
-        ("candidate", "left"), ("TPxPP", "right"), ("weights", "right"), ("KV", "right"),
-        ("overhead", "right"), ("total", "right"), ("usable", "right"), ("decode tok/s", "right"),
-        ("prefill tok/s", "right"), ("note", "left"),
-    ]:
-        table.add_column(name, justify=justify, overflow="fold")
+    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
+    table.add_column("candidate", overflow="fold", min_width=16)
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold", min_width=12)
     for est, words in zip(rows, tokens):
         label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
         layout = f"{est.tp}x{est.pp}" if est.tp else "-"

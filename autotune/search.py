@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.confirm import confirm
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
-from autotune.hardware import parallel_layout, resolve_hardware
+from autotune.hardware import is_this_host, parallel_layout, resolve_hardware
 from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
 from autotune.model_files import resolve_model
@@ -26,10 +26,11 @@ from autotune.models import (
     DeviceIdentity,
     HardwareProfile,
     HostFingerprint,
+    PlanEstimate,
     SearchSpace,
     TrialResult,
 )
-from autotune.planner import PlanReport, estimate, fits_check
+from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.recipe import recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.space import (
@@ -354,10 +355,15 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
 
 
 def predicted_recipe(
-    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, output: Path | None
+    space_name: str,
+    hardware: str | None,
+    nodes: int | None,
+    model_path: str | None,
+    output: Path | None,
+    db_path: Path | None = None,
 ) -> str:
     """The best-predicted candidate of a space as a recipe marked `predicted`: nothing measured."""
-    space, engine, profile, node_count, kept = _planned(space_name, hardware, nodes, model_path)
+    space, engine, profile, node_count, kept, _ = _planned(space_name, hardware, nodes, model_path, db_path)
     report = plan_candidates(space, kept, profile, node_count)
     if not report.kept:
         raise NoValidCandidate(f"space {space.name!r}: no candidate fits {profile.name} x{node_count}")
@@ -370,20 +376,33 @@ def predicted_recipe(
     return text
 
 
-def plan_space(space_name: str, hardware: str | None, nodes: int | None, model_path: str | None) -> PlanReport:
-    space, _, profile, node_count, kept = _planned(space_name, hardware, nodes, model_path)
-    return plan_candidates(space, kept, profile, node_count)
+def plan_space(
+    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None = None
+) -> PlanReport:
+    space, _, profile, node_count, kept, probe_dropped = _planned(space_name, hardware, nodes, model_path, db_path)
+    report = plan_candidates(space, kept, profile, node_count)
+    return report.model_copy(update={"dropped": [*probe_dropped, *report.dropped]})
 
 
 def _planned(
-    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None
-) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate]]:
+    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None
+) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate], list[PlanEstimate]]:
+    """The space's candidates that rules, layout and -- when runs.db holds probes of this very host
+    and the plan is for this host's hardware -- the probes allow; the probe-refused ones apart."""
     space = load_space(space_name)
     engine = get_engine(space.engine).use_space(space)
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
-    device = detect_device() if (hardware or space.hardware) == "auto" else None
+    wants_auto = (hardware or space.hardware) == "auto"
+    uses_probes = db_path is not None and db_path.exists()
+    device = detect_device() if wants_auto or uses_probes else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
-    return space, engine, profile, node_count, kept
+    dropped: list[PlanEstimate] = []
+    if uses_probes and device is not None and db_path is not None and is_this_host(profile, device):
+        check = probes_check(Store(db_path).probe_results(fingerprint(device, engine).key()))
+        verdicts = [(c, check(c)) for c in kept]
+        kept = [c for c, why in verdicts if why is None]
+        dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]
+    return space, engine, profile, node_count, kept, dropped

@@ -177,3 +177,37 @@ def test_probe_without_engine_stores_and_reuses(tmp_path, capsys):
     assert code == 0 and json.loads(out)["reused"] is True
     code, out = run(capsys, "probe", "--space", "llamacpp-gemma3-270m", "--db", str(db), "--no-engine")
     assert code == 0 and "capabilities" in out and "stored results reused" in out
+
+
+def test_plan_drops_what_this_hosts_probes_show_failing(tmp_path, capsys):
+    """Planning for this host's own hardware, stored probe failures drop candidates (with the
+    reason); planning for other hardware, this host's probes say nothing."""
+    import json
+
+    from autotune.engines import get_engine
+    from autotune.models import ProbeResult
+    from autotune.search import detect_device, fingerprint
+    from autotune.store import Store
+
+    db = tmp_path / "runs.db"
+    host = fingerprint(detect_device(), get_engine("llamacpp"))
+    failing = ProbeResult(feature="type_v=q4_0 flash_attn=False", status="fails", signature="v_cache_needs_flash_attn",
+                          params={"type_v": "q4_0", "flash_attn": False})
+    Store(db).save_probe_results(host.key(), [failing])
+
+    def planned(*extra: str) -> dict:
+        code, out = run(capsys, "plan", "--space", "llamacpp-gemma3-270m", "--db", str(db), "--json", *extra)
+        assert code == 0, out
+        return json.loads(out)
+
+    def blocked(label: str) -> bool:
+        return "type_v=q4_0" in label and "flash_attn=False" in label
+
+    here = planned("--hardware", "auto")
+    assert here["hardware"] == "cpu"
+    assert not [e for e in here["kept"] if blocked(e["label"])]
+    dropped = [e for e in here["dropped"] if e["reason"].startswith("probe: type_v=q4_0 flash_attn=False fails")]
+    assert dropped and all(blocked(e["label"]) for e in dropped)
+    elsewhere = planned("--hardware", "h200")
+    assert [e for e in elsewhere["kept"] if blocked(e["label"])]
+    assert not [e for e in elsewhere["dropped"] if e["reason"].startswith("probe:")]
