@@ -393,15 +393,14 @@ def _planned(
     engine = get_engine(space.engine).use_space(space)
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
-    wants_auto = (hardware or space.hardware) == "auto"
-    uses_probes = db_path is not None and db_path.exists()
-    device = detect_device() if wants_auto or uses_probes else None
+    store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
+    device = detect_device() if store is not None or (hardware or space.hardware) == "auto" else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
     dropped: list[PlanEstimate] = []
-    if uses_probes and device is not None and db_path is not None and is_this_host(profile, device):
-        check = probes_check(Store(db_path).probe_results(fingerprint(device, engine).key()))
+    if store is not None and device is not None and is_this_host(profile, device):
+        check = probes_check(store.probe_results(fingerprint(device, engine).key()))
         verdicts = [(c, check(c)) for c in kept]
         kept = [c for c, why in verdicts if why is None]
         dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]

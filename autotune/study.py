@@ -219,9 +219,10 @@ class Tuner:
         idle = 0
         exhausted = False
         stopped: str | None = None
+        typical = typical_trial_s(existing)
         dists = distributions(self.ctx)
         while launched < self.trials:
-            stopped = self.budget.refusal(typical_trial_s(self.store.trials(self.ctx.study)))
+            stopped = self.budget.refusal(typical)
             if stopped:
                 break
             if idle >= MAX_IDLE_ASKS:
@@ -269,7 +270,9 @@ class Tuner:
                     self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number
                 )
             self._tell(study, trial, result)
-            ranked = rank(self.store.trials(self.ctx.study))
+            done = self.store.trials(self.ctx.study)
+            typical = typical_trial_s(done)
+            ranked = rank(done)
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 

@@ -526,6 +526,7 @@ def launch_matrix(
     log_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     results: dict[Combo, ProbeResult] = {}
+    reference_combo = next((c for c in todo if c.is_reference), None)
 
     def run(combo: Combo) -> ProbeResult:
         if deadline is not None and time.monotonic() > deadline:
@@ -545,7 +546,7 @@ def launch_matrix(
                     break  # a port taken by a neighbouring launch is not the combination's fault: retry once
         results[combo] = result  # as launched; the golden rule applies at the end, over all of them
         if on_result:  # the reference runs first, so progress can already show the final verdict
-            reference = result if combo.is_reference else next((r for c, r in results.items() if c.is_reference), None)
+            reference = results.get(reference_combo) if reference_combo is not None else None
             on_result(_golden_rule(result, reference, golden) if reference else result)
         return result
 
