@@ -9,10 +9,13 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
 from autotune.errors import EngineStartError
+from autotune.launchers.watchdog import WatchdogLimits
+from autotune.models import LaunchSpec
 
 
 def free_port() -> int:
@@ -49,6 +52,27 @@ class Launched:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LocalLaunched(Launched):
+    """A launch whose server listens on this host: what the process and Ray launchers share."""
+
+    def __init__(
+        self,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        startup_timeout_s: float = 180.0,
+        host: str = "127.0.0.1",
+        limits: WatchdogLimits | None = None,
+    ) -> None:
+        self.launch = launch
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.host = host
+        self.limits = limits or WatchdogLimits()
+        self.base_url = f"http://{host}:{launch.port}"
+        self.startup_s: float | None = None
 
 
 def wait_for_health(

@@ -17,9 +17,8 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-from autotune.launchers.base import Launched, wait_for_health
-from autotune.launchers.watchdog import Watchdog, WatchdogLimits
-from autotune.models import LaunchSpec
+from autotune.launchers.base import LocalLaunched, wait_for_health
+from autotune.launchers.watchdog import Watchdog
 
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 _PR_SET_PDEATHSIG = 1
@@ -68,25 +67,10 @@ def read_log(path: Path, head_bytes: int = 1_000_000, tail_bytes: int = 2_000_00
         return ""
 
 
-class ServerProcess(Launched):
-    def __init__(
-        self,
-        launch: LaunchSpec,
-        log_path: Path,
-        *,
-        startup_timeout_s: float = 180.0,
-        host: str = "127.0.0.1",
-        limits: WatchdogLimits | None = None,
-    ) -> None:
-        self.launch = launch
-        self.log_path = log_path
-        self.startup_timeout_s = startup_timeout_s
-        self.base_url = f"http://{host}:{launch.port}"
-        self.limits = limits or WatchdogLimits()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.watchdog: Watchdog | None = None
-        self.startup_s: float | None = None
-        self._log: IO[bytes] | None = None
+class ServerProcess(LocalLaunched):
+    proc: subprocess.Popen[bytes] | None = None
+    watchdog: Watchdog | None = None
+    _log: IO[bytes] | None = None
 
     def start(self) -> None:
         node = self.launch.server

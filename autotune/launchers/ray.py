@@ -29,7 +29,7 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
-from autotune.launchers.base import Launched, wait_for_health
+from autotune.launchers.base import Launched, LocalLaunched, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import LaunchSpec, NodeLaunch
@@ -371,7 +371,7 @@ def _kill_quietly(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------------- cluster + server
 
 
-class ClusterServer(Launched):
+class ClusterServer(LocalLaunched):
     """Ray cluster up, then the `server` entry (vLLM on the head) as a ServerProcess.
 
     Same contract as ServerProcess: entering returns once the server's health endpoint answers;
@@ -388,15 +388,9 @@ class ClusterServer(Launched):
         host: str = "127.0.0.1",
         limits: WatchdogLimits | None = None,
     ) -> None:
-        self.launch = launch
-        self.log_path = log_path
-        self.startup_timeout_s = startup_timeout_s
-        self.host = host
-        self.limits = limits or WatchdogLimits()
-        self.base_url = f"http://{host}:{launch.port}"
+        super().__init__(launch, log_path, startup_timeout_s=startup_timeout_s, host=host, limits=limits)
         self.ray = RayCluster(launch, log_path, ready_timeout_s=startup_timeout_s, limits=self.limits)
         self.server: ServerProcess | None = None
-        self.startup_s: float | None = None
 
     def start(self) -> None:
         self._t0 = time.monotonic()
