@@ -67,7 +67,8 @@ async def handle(reader, writer):
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(out), out))
                 await writer.drain()
                 continue
-            n = json.loads(body).get("max_completion_tokens") or json.loads(body).get("max_tokens") or 16
+            request = json.loads(body)
+            n = request.get("max_completion_tokens") or request.get("max_tokens") or 16
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             await asyncio.sleep(TTFT)
             writer.write(sse(chunk(role="assistant")) + sse(chunk("w0 ")))
