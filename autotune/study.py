@@ -151,10 +151,12 @@ class Tuner:
         self.predict = predict
         self.reporter = reporter or SilentReporter()
         self.budget = budget or TimeBudget(None)
+        # read once, then extended by this run's own failures: the pruner asks per candidate
+        self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
 
     def _learned_failure(self, candidate: Candidate) -> str | None:
-        for failure in self.store.learned_failures(self.host_key, self.ctx.space.engine):
+        for failure in self.failures:
             if failure.matches(candidate):
                 values = ", ".join(f"{k}={v}" for k, v in failure.knob_values.items())
                 where = f" in trial {failure['trial']}" if failure["trial"] is not None else ""
@@ -269,6 +271,7 @@ class Tuner:
                 self.store.add_failure(
                     self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number
                 )
+                self.failures = self.store.learned_failures(self.host_key, space.engine)
             self._tell(study, trial, result)
             done = self.store.trials(self.ctx.study)
             typical = typical_trial_s(done)
