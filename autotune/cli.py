@@ -74,8 +74,19 @@ def search(
         Optional[str], typer.Option("--launcher", help="process, ray or docker (default: the space's)")
     ] = None,
     confirm_rounds: Annotated[
-        int, typer.Option("--confirm-rounds", min=0, help="re-launch best and baseline alternately this many times (0: off)")
+        int,
+        typer.Option(
+            "--confirm-rounds", min=0,
+            help="re-launch best and baseline alternately this many times (0: off; a verdict needs 2 or more)",
+        ),
     ] = 2,
+    noise_relaunches: Annotated[
+        int,
+        typer.Option(
+            "--noise-relaunches", min=0,
+            help="relaunch the baseline this many times to measure the launch-to-launch noise (stored per host and engine)",
+        ),
+    ] = 1,
     time_budget: Annotated[
         Optional[float],
         typer.Option(
@@ -110,6 +121,7 @@ def search(
         trials=trials,
         seed=seed,
         confirm_rounds=confirm_rounds,
+        noise_relaunches=noise_relaunches,
         time_budget_s=None if time_budget is None else time_budget * 60.0,
         reporter=report.RichReporter(console),
     )
@@ -157,7 +169,10 @@ def export(
         text = search_lib.predicted_recipe(space, hardware, nodes, None, output, db)
     else:
         store = search_lib.open_store(db, must_exist=True)
-        text = search_lib.export_recipe(store, study, trial, output)
+        exported = search_lib.export_recipe(store, study, trial, output)
+        text = exported.text
+        for warning in exported.warnings:
+            errors.print(f"warning: {warning}", markup=False, highlight=False)
     if output is None:
         console.print(text, markup=False, highlight=False)
     else:

@@ -1,17 +1,21 @@
 """Before declaring a winner: re-launch the best config and the baseline, interleaved (B, A, B, A),
-re-measure decode, and call it a win only when the gap is larger than the noise.
+re-measure decode, and call it a win only when the gap beats the launch-to-launch noise.
 
 Host drift (thermal, memory bandwidth decaying with uptime on GB10) moves both arms alike when they
-alternate, so the comparison is fairer than trial-vs-trial numbers taken minutes apart.
+alternate, so the comparison is fairer than trial-vs-trial numbers taken minutes apart. Each round
+is one launch per arm; the test (noise.judge_launches) needs at least two rounds and pools the
+spread of these launches with the one stored for this host and engine.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
-from autotune.models import Confirmation, TrialResult, mad
+from autotune.models import Confirmation, TrialResult
+from autotune.noise import LaunchNoise, RatioJudgement, judge_launches
 from autotune.trial import TrialContext, run_trial
+
+Sample = Callable[[TrialResult, float, str], None]
 
 
 def decode_only(ctx: TrialContext) -> TrialContext:
@@ -19,13 +23,18 @@ def decode_only(ctx: TrialContext) -> TrialContext:
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": workload}), "accuracy": False})
 
 
-def judge(best: list[float], base: list[float]) -> tuple[float, float, bool]:
-    """(ratio of medians, relative noise of the two arms, winner?)."""
-    best_med, base_med = statistics.median(best), statistics.median(base)
-    noise = 1.4826 * (mad(best) / best_med + mad(base) / base_med)
-    ratio = best_med / base_med
-    separated = min(best) > max(base)
-    return ratio, noise, separated and ratio - 1.0 > noise
+def judge(best: list[float], base: list[float], prior: LaunchNoise | None, alpha: float) -> RatioJudgement:
+    """Best vs baseline, one value per launch: winner only beyond the launch noise."""
+    return judge_launches(best, base, prior, alpha)
+
+
+def relaunch(
+    ctx: TrialContext, arm: TrialResult, log_name: str, port: int, events: Callable[[str], None]
+) -> float | None:
+    """One decode-only launch of a measured config: its objective, or None when it failed."""
+    result = run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
+                       log_name=log_name)
+    return result.objective
 
 
 def confirm(
@@ -35,36 +44,38 @@ def confirm(
     rounds: int,
     port_for: Callable[[], int],
     events: Callable[[str], None] = lambda _: None,
+    prior: LaunchNoise | None = None,
+    on_sample: Sample = lambda arm, value, source: None,
 ) -> Confirmation:
-    quick = decode_only(ctx)
     samples: dict[int, list[float]] = {baseline.number: [], best.number: []}
+    failed = False
     for round_ in range(rounds):
         for arm in (baseline, best):
             events(f"confirmation round {round_ + 1}/{rounds}: trial {arm.number}")
-            result = run_trial(
-                quick.model_copy(update={"port": port_for()}),
-                arm.candidate,
-                arm.number,
-                events,
-                log_name=f"confirm-r{round_ + 1}-trial-{arm.number:03d}",
-            )
-            if result.objective is not None:
-                samples[arm.number].append(result.objective)
+            value = relaunch(ctx, arm, f"confirm-r{round_ + 1}-trial-{arm.number:03d}", port_for(), events)
+            if value is None:
+                failed = True
+                continue
+            samples[arm.number].append(value)
+            on_sample(arm, value, "confirm")
     best_s, base_s = samples[best.number], samples[baseline.number]
-    if not best_s or not base_s:
-        return Confirmation(
-            study=ctx.study, best_trial=best.number, baseline_trial=baseline.number, rounds=rounds,
-            best_samples=best_s, baseline_samples=base_s, ratio=0.0, noise=0.0, winner=False,
-            verdict="no winner: a re-launch failed during confirmation",
-        )
-    ratio, noise, winner = judge(best_s, base_s)
-    verdict = (
-        f"winner: trial {best.number} is x{ratio:.2f} the baseline (noise ±{noise:.1%}, {rounds} interleaved rounds)"
-        if winner
-        else f"no winner: x{ratio:.2f} is inside the noise (±{noise:.1%}) or the arms overlap over {rounds} rounds"
-    )
+    alpha = ctx.space.objective.confirm_alpha
+    result = judge(best_s, base_s, prior, alpha)
+    if failed:
+        verdict = f"no winner: a re-launch failed during confirmation ({result.why})"
+        winner = False
+    elif result.winner:
+        verdict = f"winner: trial {best.number} is {result.why}, {rounds} interleaved rounds"
+        winner = True
+    elif result.why.startswith("not confirmed"):
+        verdict = result.why
+        winner = False
+    else:
+        verdict = f"no winner: {result.why}, {rounds} interleaved rounds"
+        winner = False
     return Confirmation(
         study=ctx.study, best_trial=best.number, baseline_trial=baseline.number, rounds=rounds,
-        best_samples=best_s, baseline_samples=base_s, ratio=round(ratio, 4), noise=round(noise, 4),
+        best_samples=best_s, baseline_samples=base_s, ratio=round(result.ratio, 4), noise=round(result.sigma, 4),
+        noise_df=result.df, t_statistic=result.t_statistic, critical=result.critical, alpha=alpha,
         winner=winner, verdict=verdict,
     )

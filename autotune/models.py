@@ -132,10 +132,18 @@ class Rule(Strict):
 
 
 class NeedleConfig(Strict):
+    """One needle test for the whole study: every candidate is asked the same lengths."""
+
     lengths_tokens: list[int] | None = Field(
-        None, description="haystack lengths; default: fractions of the context size"
+        None, description="haystack lengths in tokens; default: length_fractions of target_context_tokens"
     )
     length_fractions: list[float] = [0.25, 0.5, 0.9]
+    target_context_tokens: int | None = Field(
+        None,
+        ge=128,
+        description="the context the fractions apply to; default: the largest context the space offers. "
+        "A candidate whose context cannot hold the lengths is refused before launch",
+    )
     depths: list[float] = [0.1, 0.5, 0.9]
     max_tokens: int = 24
     timeout_s: float = 300.0
@@ -145,7 +153,10 @@ class QevalConfig(Strict):
     tasks: int = Field(75, ge=1)
     seed: int = 1234
     max_tokens: int = 96
-    alpha: float = Field(0.05, description="McNemar significance level for the gate")
+    alpha: float = Field(0.05, gt=0, lt=1, description="one-sided exact McNemar significance level")
+    margin_tasks: int = Field(
+        3, ge=0, description="non-inferiority margin: net tasks (lost - gained) the candidate may lose"
+    )
     concurrency: int = Field(1, ge=1, description="requests in flight while asking the tasks")
     timeout_s: float = 900.0
 
@@ -163,6 +174,9 @@ class Workload(Strict):
     concurrency: list[int] = [1]
     request_timeout_s: float = 180.0
     startup_timeout_s: float = 180.0
+    tolerated_error_rate: float = Field(
+        0.0, ge=0.0, lt=1.0, description="share of failed requests a workload may have; above it the trial fails"
+    )
 
 
 class Objective(Strict):
@@ -170,6 +184,9 @@ class Objective(Strict):
         "decode_tps_geomean"
     )
     mad_penalty: float = Field(1.0, description="rank by median - penalty * 1.4826 * MAD")
+    confirm_alpha: Literal[0.05, 0.01] = Field(
+        0.01, description="one-sided significance level of the confirmation's test against launch noise"
+    )
 
 
 class Gates(Strict):
@@ -550,10 +567,26 @@ class QevalReport(Record):
         return f"qeval: {self.correct} of {self.total}"
 
 
+GateStatus = Literal["pass", "fail", "unchecked"]
+
+
 class GateOutcome(Record):
+    """A gate's result. `unchecked` (no evidence: not measured, no reference) is never a pass."""
+
     gate: str
-    passed: bool
+    status: GateStatus
     detail: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_passed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "passed" in data and "status" not in data:  # rows stored before `status`
+            data = {k: v for k, v in data.items() if k != "passed"} | {"status": "pass" if data["passed"] else "fail"}
+        return data
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
 
 
 TrialStatus = Literal["ok", "failed", "skipped"]
@@ -588,8 +621,11 @@ class TrialResult(Record):
         return self.status == "ok" and all(g.passed for g in self.gates)
 
 
+VerdictStatus = Literal["winner", "no winner", "not confirmed"]
+
+
 class Confirmation(Record):
-    """Best vs baseline re-launched alternately; `winner` only when the gap beats the noise."""
+    """Best vs baseline re-launched alternately; `winner` only when the gap beats the launch noise."""
 
     study: str
     best_trial: int
@@ -598,9 +634,19 @@ class Confirmation(Record):
     best_samples: list[float]
     baseline_samples: list[float]
     ratio: float
-    noise: float
+    noise: float = Field(description="relative launch-to-launch spread the test used (0.05 = ±5 %)")
+    noise_df: int | None = None
+    t_statistic: float | None = None
+    critical: float | None = None
+    alpha: float | None = None
     winner: bool
     verdict: str
+
+    @property
+    def status(self) -> VerdictStatus:
+        if self.winner:
+            return "winner"
+        return "not confirmed" if self.verdict.startswith("not confirmed") else "no winner"
 
 
 # ---------------------------------------------------------------- probes
@@ -728,13 +774,23 @@ class RecipeNumber(Record):
 class Provenance(Record):
     study: str
     trial: int | None
-    date: str
+    date: str = Field(description="when the trial was measured (a predicted recipe: when it was planned)")
     host: str
     autotune_version: str
     engine_version: str | None
     hardware: str
     nodes: int
     db: str | None = None
+
+
+class RecipeVerdict(Record):
+    """What the recipe's claim rests on: the confirmation, the noise that judged it, the gates."""
+
+    status: Literal["winner", "no winner", "not confirmed", "baseline"]
+    summary: str
+    accuracy: Literal["pass", "unchecked", "fail"]
+    launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine")
+    confirmation: Confirmation | None = None
 
 
 class Recipe(Record):
@@ -750,6 +806,7 @@ class Recipe(Record):
     numbers: list[RecipeNumber] = Field(default_factory=list)
     accuracy: list[str] = Field(default_factory=list)
     baseline: dict[str, float] = Field(default_factory=dict)
+    verdict: RecipeVerdict | None = Field(None, description="measured recipes: why (or whether) this is the winner")
     provenance: Provenance
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from autotune.models import (
     Provenance,
     Recipe,
     RecipeNumber,
+    RecipeVerdict,
     SearchSpace,
     TrialResult,
     utc_now,
@@ -70,8 +71,8 @@ def _numbers(trial: TrialResult) -> list[RecipeNumber]:
     ]
 
 
-def _accuracy(trial: TrialResult, baseline: TrialResult | None) -> list[str]:
-    lines = []
+def _accuracy(trial: TrialResult, baseline: TrialResult | None, accuracy_on: bool = True) -> list[str]:
+    lines = [] if accuracy_on else ["unchecked: the study ran with --no-accuracy (throughput only)"]
     if trial.needle:
         lines.append(trial.needle.summary())
     if trial.qeval:
@@ -79,7 +80,7 @@ def _accuracy(trial: TrialResult, baseline: TrialResult | None) -> list[str]:
         if baseline and baseline.qeval and baseline.number != trial.number:
             line += f" (baseline trial {baseline.number}: {baseline.qeval.correct} of {baseline.qeval.total})"
         lines.append(line)
-    lines += [f"gate {g.gate}: {'pass' if g.passed else 'FAIL'} ({g.detail})" for g in trial.gates]
+    lines += [f"gate {g.gate}: {g.status.upper() if g.status != 'pass' else 'pass'} ({g.detail})" for g in trial.gates]
     return lines
 
 
@@ -90,6 +91,8 @@ def recipe_from_trial(
     hardware: str,
     nodes: int,
     db_path: str | None = None,
+    verdict: RecipeVerdict | None = None,
+    accuracy_on: bool = True,
 ) -> Recipe:
     if trial.launch is None:
         raise ValueError(f"trial {trial.number} has no launch to export")
@@ -105,12 +108,13 @@ def recipe_from_trial(
         launch=portable_launch(trial.launch),
         selected=trial.selected,
         numbers=_numbers(trial),
-        accuracy=_accuracy(trial, baseline),
+        accuracy=_accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
+        verdict=verdict,
         provenance=Provenance(
             study=trial.study,
             trial=trial.number,
-            date=utc_now(),
+            date=trial.started_at,
             host=socket.gethostname(),
             autotune_version=__version__,
             engine_version=trial.engine_version,
@@ -170,6 +174,8 @@ def recipe_from_plan(
 
 def to_yaml(recipe: Recipe) -> str:
     data = recipe.model_dump(mode="json")
+    if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
+        data.pop("verdict", None)
     data["commands"] = shell_lines(recipe.launch)
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
 

@@ -11,6 +11,7 @@ from rich.status import Status
 from rich.table import Table
 
 from autotune.models import Candidate, FailureInfo, TrialResult
+from autotune.noise import single_launch_inside
 from autotune.score import verdict
 from autotune.study import StudyOutcome
 
@@ -71,9 +72,12 @@ class RichReporter:
                 line += f", {result.needle.summary()}"
             if result.qeval:
                 line += f", {result.qeval.summary()}"
-            failed_gates = [g.gate for g in result.gates if not g.passed]
+            failed_gates = [g.gate for g in result.gates if g.status == "fail"]
             if failed_gates:
                 line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+            unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
+            if unchecked_gates:
+                line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:
             line = f"  [red]{verdict(result)}[/]"
         line += f" [dim]({result.duration_s:.0f} s)[/]"
@@ -130,33 +134,35 @@ def print_trials(console: Console, outcome: StudyOutcome) -> None:
 
 def print_best(console: Console, outcome: StudyOutcome) -> None:
     best, base = outcome.best, outcome.baseline
+    noise = outcome.noise
+    noise_text = noise.describe() if noise else "launch-to-launch noise unknown (no config launched twice here yet)"
     if best is None:
-        console.print("[red]no trial ran and passed its gates: no winner[/]")
+        console.print("[red]no trial ran and passed every gate with evidence: no winner[/]")
+        unchecked = [t for t in outcome.trials if t.status == "ok" and verdict(t).startswith("unchecked")]
+        if unchecked:
+            console.print(f"  {len(unchecked)} trial(s) ran but have unchecked gates: {verdict(unchecked[0])}")
         return
     console.print(f"[bold green]best: trial {best.number}[/] {diff_label(best.candidate, base.candidate if base else None)}")
+    if not outcome.accuracy:
+        console.print("  [yellow]accuracy unchecked: the study runs with --no-accuracy (throughput only)[/]")
     if base and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
-        noise = _relative_noise(best) + _relative_noise(base)
-        inside = abs(ratio - 1.0) <= noise
+        inside = single_launch_inside(ratio, noise)
+        judged = {None: "not judged", True: "inside the noise", False: "beyond the noise"}[inside]
         console.print(
-            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s: x{ratio:.2f} "
-            f"(noise ±{noise:.1%}{', inside noise: no clear winner' if inside else ''})"
+            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s: x{ratio:.2f}, one launch each "
+            f"({judged}; {noise_text})"
         )
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
-    if outcome.confirmation:
-        c = outcome.confirmation
+    c = outcome.confirmation
+    if c and c.best_trial == best.number:
         console.print(
             f"  confirmation: {c.verdict}; best {[round(x, 1) for x in c.best_samples]} vs "
             f"baseline {[round(x, 1) for x in c.baseline_samples]} tok/s"
         )
-
-
-def _relative_noise(trial: TrialResult) -> float:
-    parts = [m for m in trial.measurements if m.name.startswith("decode_tps.") and m.median > 0]
-    if not parts:
-        return 0.0
-    return sum(1.4826 * m.mad / m.median for m in parts) / len(parts)
+    elif best.number != 0:
+        console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
 
 
 def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> None:

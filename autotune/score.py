@@ -1,8 +1,11 @@
 """Gates and ranking. A config that fails a gate can never be the best, whatever its speed.
 
-Gates: needle retrieval must pass at every configured length and depth; qeval must not be
-significantly worse than the baseline (exact McNemar); TTFT / TPOT SLOs when the space sets them.
-Ranking: feasible trials by score (objective median minus its noise), best first.
+Gates: needle retrieval must pass at every length and depth of the study's needle test; qeval must
+not be worse than the reference (trial 0 of this study) by a one-sided exact McNemar test nor by
+more than the margin; TTFT / TPOT SLOs when the space sets them. Each gate is pass, fail or
+unchecked: missing evidence (not measured, no reference) is `unchecked`, and only `pass` on every
+configured gate makes a trial eligible. Ranking: eligible trials by score (objective median minus
+its noise), best first.
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ import statistics
 from autotune.models import GateOutcome, Gates, TrialResult
 
 
+def unchecked(gate: str, why: str) -> GateOutcome:
+    return GateOutcome(gate=gate, status="unchecked", detail=why)
+
+
 def needle_gate(result: TrialResult) -> GateOutcome:
     report = result.needle
-    assert report is not None
+    if report is None or not report.cases:
+        return unchecked("needle", "needle not measured")
     failed = [c for c in report.cases if not c.passed]
     if not failed:
         lengths = sorted({c.length_tokens for c in report.cases})
-        return GateOutcome(gate="needle", passed=True, detail=f"all depths pass at {lengths} tokens")
+        return GateOutcome(gate="needle", status="pass", detail=f"all depths pass at {lengths} tokens")
     worst = ", ".join(f"{c.length_tokens} tok @ {c.depth:.0%}" for c in failed[:4])
-    return GateOutcome(gate="needle", passed=False, detail=f"missed {len(failed)}/{len(report.cases)}: {worst}")
+    return GateOutcome(gate="needle", status="fail", detail=f"missed {len(failed)}/{len(report.cases)}: {worst}")
 
 
 def _median_of(result: TrialResult, prefix: str) -> float | None:
@@ -31,27 +39,39 @@ def _median_of(result: TrialResult, prefix: str) -> float | None:
 def slo_gate(result: TrialResult, prefix: str, limit: float, label: str) -> GateOutcome:
     value = _median_of(result, prefix)
     if value is None:
-        return GateOutcome(gate=label, passed=False, detail=f"{label} not measured")
+        return unchecked(label, f"{label} not measured")
     return GateOutcome(
-        gate=label, passed=value <= limit, detail=f"median {label} {value:.1f} ms vs limit {limit:.1f} ms"
+        gate=label,
+        status="pass" if value <= limit else "fail",
+        detail=f"median {label} {value:.1f} ms vs limit {limit:.1f} ms",
     )
 
 
-def evaluate_gates(result: TrialResult, baseline: TrialResult | None, gates: Gates) -> list[GateOutcome]:
+def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gates) -> GateOutcome:
     from autotune.bench.qeval import qeval_gate
 
+    assert gates.qeval is not None
+    if result.qeval is None:
+        return unchecked("qeval", "qeval not measured")
+    if reference is None or reference.qeval is None:
+        return unchecked("qeval", "no reference: trial 0 of this study has no qeval result")
+    if reference.number == result.number:
+        return GateOutcome(gate="qeval", status="pass", detail=f"reference ({result.qeval.correct}/{result.qeval.total})")
+    return qeval_gate(result.qeval, reference.qeval, gates.qeval.alpha, gates.qeval.margin_tasks)
+
+
+def evaluate_gates(
+    result: TrialResult, reference: TrialResult | None, gates: Gates, accuracy: bool = True
+) -> list[GateOutcome]:
+    """Every configured gate's outcome; `accuracy=False` (a throughput-only study) leaves out needle
+    and qeval, and the recipe says accuracy is unchecked."""
     if result.status != "ok":
         return []
     outcomes = []
-    if gates.needle and result.needle:
+    if accuracy and gates.needle:
         outcomes.append(needle_gate(result))
-    if gates.qeval and result.qeval:
-        if baseline is None or baseline.qeval is None or baseline.number == result.number:
-            outcomes.append(
-                GateOutcome(gate="qeval", passed=True, detail=f"reference ({result.qeval.correct}/{result.qeval.total})")
-            )
-        else:
-            outcomes.append(qeval_gate(result.qeval, baseline.qeval, gates.qeval.alpha))
+    if accuracy and gates.qeval:
+        outcomes.append(qeval_outcome(result, reference, gates))
     if gates.ttft_ms_max is not None:
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
@@ -62,6 +82,16 @@ def evaluate_gates(result: TrialResult, baseline: TrialResult | None, gates: Gat
 def constraint_values(result: TrialResult) -> dict[str, float]:
     """Optuna constraints (trial.set_constraint): <= 0 is feasible; one per gate."""
     return {g.gate: 0.0 if g.passed else 1.0 for g in result.gates}
+
+
+def accuracy_status(trial: TrialResult) -> str:
+    """pass / fail / unchecked over the accuracy gates of a trial (unchecked when it has none)."""
+    accuracy = [g for g in trial.gates if g.gate in ("needle", "qeval")]
+    if any(g.status == "fail" for g in accuracy):
+        return "fail"
+    if not accuracy or any(g.status == "unchecked" for g in accuracy):
+        return "unchecked"
+    return "pass"
 
 
 def rank(trials: list[TrialResult]) -> list[TrialResult]:
@@ -77,7 +107,10 @@ def verdict(trial: TrialResult) -> str:
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")
         return f"failed ({cls}): {reason}"
-    failed = [g for g in trial.gates if not g.passed]
+    failed = [g for g in trial.gates if g.status == "fail"]
     if failed:
         return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)
+    missing = [g for g in trial.gates if g.status == "unchecked"]
+    if missing:
+        return "unchecked: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in missing)
     return "ok"

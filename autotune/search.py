@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.confirm import confirm
+from autotune.confirm import confirm, relaunch
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
 from autotune.hardware import is_this_host, parallel_layout, resolve_hardware
@@ -27,6 +28,7 @@ from autotune.models import (
     HardwareProfile,
     HostFingerprint,
     PlanEstimate,
+    RecipeVerdict,
     SearchSpace,
     TrialResult,
 )
@@ -40,9 +42,11 @@ from autotune.space import (
     enumerate_candidates,
     load_space,
     make_candidate,
+    needle_check,
     probes_check,
     rules_check,
 )
+from autotune.score import accuracy_status
 from autotune.store import Store
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.trial import TrialContext
@@ -212,7 +216,9 @@ def prepare(
         check_writable(db_path)
         store = Store(db_path)
     probes = store.probe_results(host.key()) if store else []
-    pruner = Pruner([rules, layout, probes_check(probes), fits_check(space, profile, node_count)])
+    pruner = Pruner(
+        [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count)]
+    )
     name = study or f"{space.name}-{profile.name}-x{node_count}"
     ctx = TrialContext(
         study=name,
@@ -273,18 +279,41 @@ def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:
     return out
 
 
+def relaunch_baseline_for_noise(
+    plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
+    events: Callable[[str], None],
+) -> int:
+    """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study: the
+    first launch-to-launch spread on a host comes from these. Returns the relaunches made."""
+    assert plan.store is not None
+    base = outcome.baseline
+    if base is None or base.status != "ok" or launches <= 0:
+        return 0
+    have = len(plan.store.launch_samples_of(plan.study, base.candidate))
+    wanted = launches + 1 - have
+    made = 0
+    for i in range(max(0, budget.how_many_fit(wanted, typical_trial_s(outcome.trials)))):
+        events(f"noise relaunch {i + 1}/{wanted}: baseline")
+        value = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
+        if value is not None:
+            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, value, "noise", base.number)
+        made += 1
+    return made
+
+
 def run(
     plan: SearchPlan,
     *,
     trials: int,
     seed: int = 0,
     confirm_rounds: int = 0,
+    noise_relaunches: int = 1,
     time_budget_s: float | None = None,
     reporter: Reporter | None = None,
 ) -> StudyOutcome:
     assert plan.store is not None
     host_key = plan.store.save_host(plan.host)
-    plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key)
+    plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key, accuracy=plan.ctx.accuracy)
     budget = TimeBudget(time_budget_s)
     tuner = Tuner(
         plan.ctx,
@@ -300,6 +329,9 @@ def run(
         budget=budget,
     )
     result = tuner.run()
+    events = reporter.trial_event if reporter else (lambda _: None)
+    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events):
+        result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
     best, base = result.best, result.baseline
     if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
         # a confirmation round relaunches two engines; a trial's time is an upper bound for each
@@ -309,8 +341,12 @@ def run(
             return result.model_copy(
                 update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
             )
-        events = reporter.trial_event if reporter else (lambda _: None)
-        plan.store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, events))
+        def keep(arm: TrialResult, value: float, source: str) -> None:
+            assert plan.store is not None
+            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, source, arm.number)
+
+        prior = plan.store.launch_noise(host_key, plan.space.engine)
+        plan.store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, events, prior, keep))
         cut = f"confirmation cut to {rounds} of {confirm_rounds} rounds by the time budget" if rounds < confirm_rounds else None
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped or cut)
     return result
@@ -332,7 +368,46 @@ def outcome(store: Store, name: str) -> StudyOutcome:
     return outcome_of(store, name)
 
 
-def export_recipe(store: Store, study: str | None, trial_number: int | None, output: Path | None) -> str:
+class Export(BaseModel):
+    """An exported recipe: its YAML, and what the user must be told about its verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    warnings: list[str] = []
+
+
+def recipe_verdict(outcome: StudyOutcome, chosen: TrialResult) -> RecipeVerdict:
+    """Whether the exported trial is a confirmed winner, and on what evidence."""
+    accuracy = accuracy_status(chosen) if outcome.accuracy else "unchecked"
+    base = outcome.baseline
+    confirmation = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == chosen.number else None
+    if base is not None and chosen.candidate.key() == base.candidate.key():
+        status, summary = "baseline", "the baseline (engine defaults) is the best config measured"
+    elif confirmation is not None:
+        status, summary = confirmation.status, confirmation.verdict
+    else:
+        status = "not confirmed"
+        summary = "not confirmed: no confirmation rounds ran for this trial (autotune search --confirm-rounds 2 or more)"
+    return RecipeVerdict(
+        status=status,
+        summary=summary,
+        accuracy=accuracy,
+        launch_noise=outcome.noise.describe() if outcome.noise else "unknown: no config was launched twice on this host",
+        confirmation=confirmation,
+    )
+
+
+def export_warnings(verdict: RecipeVerdict) -> list[str]:
+    out = []
+    if verdict.status in ("no winner", "not confirmed"):
+        out.append(f"this recipe is not a confirmed winner ({verdict.status}): {verdict.summary}")
+    if verdict.accuracy != "pass":
+        out.append(f"accuracy {verdict.accuracy}: the recipe's gates did not all pass with evidence")
+    return out
+
+
+def export_recipe(store: Store, study: str | None, trial_number: int | None, output: Path | None) -> Export:
     name = pick_study(store, study)
     row = store.study(name)
     assert row is not None
@@ -343,15 +418,19 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
         if chosen is None:
             raise ConfigError(f"study {name!r} has no trial that ran and passed its gates; nothing to export")
     else:
-        chosen = store.trial(name, trial_number)
+        chosen = next((t for t in result.trials if t.number == trial_number), None)
         if chosen is None:
             raise ConfigError(f"study {name!r} has no trial {trial_number}")
         if chosen.status != "ok":
             raise ConfigError(f"trial {trial_number} did not run ({chosen.status}: {chosen.reason}); nothing to export")
-    recipe = recipe_from_trial(space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path))
+    verdict = recipe_verdict(result, chosen)
+    recipe = recipe_from_trial(
+        space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path), verdict=verdict,
+        accuracy_on=result.accuracy,
+    )
     text = render_recipe(recipe, output)
     store.save_recipe(name, chosen.number, recipe.kind, text)
-    return text
+    return Export(text=text, warnings=export_warnings(verdict))
 
 
 def predicted_recipe(

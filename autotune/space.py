@@ -90,9 +90,27 @@ def rule_violation(rule: Rule, candidate: Candidate) -> str | None:
     return None
 
 
+# wrong output is evidence too, though a kernel's miscompute row does not prune a trial's failure
+_EVIDENCE_CLASSES = frozenset({"golden_mismatch", "silent_miscompute"})
+
+
+def probe_is_evidence(probe: ProbeResult) -> bool:
+    """A failing probe proves its feature fails when the engine's own selector refused it, or its
+    failure class implicates the feature (a pruning signature, wrong output). A timeout, an
+    out-of-memory under probe conditions (several launches on one GPU, small KV) or an
+    unclassified crash proves nothing: such a feature stays untested."""
+    from probes.signatures import signatures_for
+
+    if probe.status != "fails":
+        return False
+    if probe.feature.startswith("selector:") or probe.signature in _EVIDENCE_CLASSES:
+        return True
+    return probe.signature is not None and any(s.prunes for s in signatures_for(probe.signature))
+
+
 def probe_blocks(probe: ProbeResult, candidate: Candidate) -> bool:
-    """A failing probe blocks every candidate that holds all of the probe's knob values."""
-    if probe.status != "fails" or not probe.params:
+    """A failing probe with evidence blocks every candidate that holds all of its knob values."""
+    if not probe.params or not probe_is_evidence(probe):
         return False
     return all(k in candidate.params and candidate.params[k] == v for k, v in probe.params.items())
 
@@ -111,8 +129,54 @@ def rules_check(space: SearchSpace) -> Check:
     return check
 
 
+CONTEXT_KNOBS = ("n_ctx", "max_model_len")
+
+
+def context_tokens(space: SearchSpace, candidate: Candidate) -> int:
+    """The context a candidate launches with (its context knob), else the model's."""
+    for name in CONTEXT_KNOBS:
+        value = candidate.params.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return space.model.context_max or 2048
+
+
+def needle_lengths(space: SearchSpace) -> list[int]:
+    """The study's needle lengths, the same for every candidate: `lengths_tokens`, else
+    `length_fractions` of `target_context_tokens` (default: the largest context the space offers)."""
+    cfg = space.gates.needle
+    if cfg is None:
+        return []
+    if cfg.lengths_tokens:
+        return sorted(set(cfg.lengths_tokens))
+    target = cfg.target_context_tokens or max(context_tokens(space, c) for c in enumerate_candidates(space))
+    return sorted({int(f * target) for f in cfg.length_fractions})
+
+
+def needle_check(space: SearchSpace, accuracy: bool) -> Check:
+    """Refuse, before launching, a candidate whose context cannot hold the study's needle test."""
+    from autotune.bench.needle import TEMPLATE_RESERVE_TOKENS
+
+    cfg = space.gates.needle
+    if not accuracy or cfg is None:
+        return lambda candidate: None
+    longest = max(needle_lengths(space))
+
+    def check(candidate: Candidate) -> str | None:
+        context = context_tokens(space, candidate)
+        room = context - cfg.max_tokens - TEMPLATE_RESERVE_TOKENS
+        if longest > room:
+            return (
+                f"needle: a {context}-token context cannot hold the study's needle at {longest} tokens "
+                f"(room {room} after the answer {cfg.max_tokens} and template {TEMPLATE_RESERVE_TOKENS})"
+            )
+        return None
+
+    return check
+
+
 def probes_check(probes: Iterable[ProbeResult]) -> Check:
-    failing = [p for p in probes if p.status == "fails" and p.params]
+    failing = [p for p in probes if p.params and probe_is_evidence(p)]
 
     def check(candidate: Candidate) -> str | None:
         for probe in failing:

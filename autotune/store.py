@@ -27,6 +27,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
+from autotune.noise import LaunchNoise, pooled
 
 MIGRATIONS = Migrations("autotune")
 
@@ -119,6 +120,28 @@ def m002_confirmations(db: sqlite_utils.Database) -> None:
     db["confirmations"].create({"study": str, "confirmed_at": str, "result": str}, pk="study")
 
 
+@MIGRATIONS()
+def m003_launch_noise(db: sqlite_utils.Database) -> None:
+    # one row per launch of a config whose objective was measured: the launch-to-launch noise pools
+    # the configs launched more than once (see noise.py); `accuracy` = the study's mode (1 = gates on)
+    db["launch_samples"].create(
+        {
+            "id": int,
+            "host_key": str,
+            "engine": str,
+            "study": str,
+            "candidate_key": str,
+            "objective": float,
+            "source": str,
+            "trial": int,
+            "measured_at": str,
+        },
+        pk="id",
+    )
+    db["launch_samples"].create_index(["host_key", "engine"])
+    db["tuning_studies"].add_column("accuracy", int)
+
+
 class LearnedFailure(dict[str, Any]):
     """A failure row: `knob_values` is what a candidate must hold for the failure to apply."""
 
@@ -194,7 +217,9 @@ class Store:
 
     # ------------------------------------------------------------ studies and trials
 
-    def save_study(self, name: str, space: SearchSpace, hardware: str, nodes: int, host_key: str) -> None:
+    def save_study(
+        self, name: str, space: SearchSpace, hardware: str, nodes: int, host_key: str, accuracy: bool = True
+    ) -> None:
         existing = self.study(name)
         if existing is not None:
             if existing["space_name"] != space.name or existing["engine"] != space.engine:
@@ -213,8 +238,14 @@ class Store:
                 "host_key": host_key,
                 "space": space.model_dump_json(),
                 "created_at": utc_now(),
+                "accuracy": int(accuracy),
             }
         )
+
+    def study_accuracy(self, name: str) -> bool:
+        """Whether the study was created with its accuracy gates on (unknown: on, so nothing passes unchecked)."""
+        row = self.study(name)
+        return row is None or row.get("accuracy") is None or bool(row["accuracy"])
 
     def study(self, name: str) -> dict[str, Any] | None:
         rows = list(self.db["tuning_studies"].rows_where("name = ?", [name]))
@@ -320,6 +351,40 @@ class Store:
     def confirmation(self, study: str) -> Confirmation | None:
         rows = list(self.db["confirmations"].rows_where("study = ?", [study]))
         return Confirmation.model_validate_json(rows[0]["result"]) if rows else None
+
+    # ------------------------------------------------------------ launch-to-launch noise
+
+    def add_launch_sample(
+        self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int
+    ) -> None:
+        self.db["launch_samples"].insert(
+            {
+                "host_key": host_key,
+                "engine": engine,
+                "study": study,
+                "candidate_key": candidate.key(),
+                "objective": objective,
+                "source": source,
+                "trial": trial,
+                "measured_at": utc_now(),
+            }
+        )
+
+    def launch_groups(self, host_key: str, engine: str) -> list[list[float]]:
+        """Objectives per (study, candidate) on this host and engine: one list per config launched."""
+        groups: dict[tuple[str, str], list[float]] = {}
+        for row in self.db["launch_samples"].rows_where("host_key = ? and engine = ?", [host_key, engine], order_by="id"):
+            groups.setdefault((row["study"], row["candidate_key"]), []).append(row["objective"])
+        return list(groups.values())
+
+    def launch_samples_of(self, study: str, candidate: Candidate) -> list[float]:
+        rows = self.db["launch_samples"].rows_where(
+            "study = ? and candidate_key = ?", [study, candidate.key()], order_by="id"
+        )
+        return [row["objective"] for row in rows]
+
+    def launch_noise(self, host_key: str, engine: str) -> LaunchNoise | None:
+        return pooled(self.launch_groups(host_key, engine))
 
     # ------------------------------------------------------------ recipes
 

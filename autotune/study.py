@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
-from autotune.models import Candidate, Confirmation, Scalar, TrialResult
+from autotune.models import Candidate, Confirmation, Scalar, SearchSpace, TrialResult
+from autotune.noise import LaunchNoise
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import Store
@@ -66,6 +67,8 @@ class StudyOutcome(BaseModel):
     exhausted: bool = False
     stopped: str | None = None  # why the study ended before its trial count (e.g. the time budget)
     confirmation: Confirmation | None = None
+    noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine
+    accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
 
     @property
     def best(self) -> TrialResult | None:
@@ -107,8 +110,18 @@ def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
 
 
 def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
+    """The study as it stands. Gates are judged again from the stored evidence with the study's own
+    space and mode, so a rule change (or a reference measured later) never leaves a stale pass."""
     trials = store.trials(name)
     base = next((t for t in trials if t.number == 0), None)
+    row = store.study(name)
+    accuracy = store.study_accuracy(name)
+    noise = None
+    if row is not None:
+        gates = SearchSpace.model_validate_json(row["space"]).gates
+        trials = [t.model_copy(update={"gates": evaluate_gates(t, base, gates, accuracy)}) for t in trials]
+        base = next((t for t in trials if t.number == 0), None)
+        noise = store.launch_noise(row["host_key"], row["engine"])
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
         name=name,
@@ -119,6 +132,8 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         exhausted=exhausted,
         stopped=stopped,
         confirmation=store.confirmation(name),
+        noise=noise,
+        accuracy=accuracy,
     )
 
 
@@ -263,10 +278,13 @@ class Tuner:
                 raise
             base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
             predicted = self.predict(candidate) if self.predict else {}
-            result = result.model_copy(
-                update={"gates": evaluate_gates(result, base, space.gates), "predicted": predicted}
-            )
+            gates = evaluate_gates(result, base, space.gates, self.store.study_accuracy(self.ctx.study))
+            result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
+            if result.status == "ok" and result.objective:
+                self.store.add_launch_sample(
+                    self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number
+                )
             if result.failure and result.failure.implicates:
                 self.store.add_failure(
                     self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.engines.base import Engine
-from autotune.errors import EngineStartError
+from autotune.errors import AutotuneError, EngineStartError
 from autotune.launchers.cluster import open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
@@ -34,6 +34,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
+from autotune.space import context_tokens, needle_lengths
 
 
 class TrialContext(BaseModel):
@@ -59,14 +60,6 @@ class TrialContext(BaseModel):
 
 
 Events = Callable[[str], None]
-
-
-def context_tokens(space: SearchSpace, candidate: Candidate) -> int:
-    for name in ("n_ctx", "max_model_len"):
-        value = candidate.params.get(name)
-        if isinstance(value, int) and value > 0:
-            return value
-    return space.model.context_max or 2048
 
 
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
@@ -138,9 +131,8 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
             out.measurements += await throughput.measure_concurrency(client, workload)
         if ctx.accuracy and ctx.space.gates.needle:
             events("needle")
-            out.needle = await needle.run_needle(
-                client, ctx.space.gates.needle, ctx_tokens, style=ctx.model.prompt_style
-            )
+            study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
+            out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
         if ctx.accuracy and ctx.space.gates.qeval:
             events("qeval")
             cfg = ctx.space.gates.qeval
@@ -188,6 +180,12 @@ def run_trial(
             events(f"engine up after {server.startup_s:.1f} s")
             try:
                 measured = asyncio.run(measure(ctx, candidate, server.base_url, events))
+            except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
+                failure = FailureInfo(failure_class="configuration_error", message=str(exc))
+                return TrialResult(
+                    status="failed", reason=f"configuration_error: {exc}", failure=failure,
+                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()), **common,
+                )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
                 alive = server.alive()

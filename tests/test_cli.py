@@ -191,7 +191,7 @@ def test_plan_drops_what_this_hosts_probes_show_failing(tmp_path, capsys):
 
     db = tmp_path / "runs.db"
     host = fingerprint(detect_device(), get_engine("llamacpp"))
-    failing = ProbeResult(feature="type_v=q4_0 flash_attn=False", status="fails", signature="v_cache_needs_flash_attn",
+    failing = ProbeResult(feature="type_v=q4_0 flash_attn=False", status="fails", signature="kv_quant_needs_flash_attn",
                           params={"type_v": "q4_0", "flash_attn": False})
     Store(db).save_probe_results(host.key(), [failing])
 

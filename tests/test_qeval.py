@@ -193,11 +193,15 @@ def test_gate_fails_only_when_significantly_worse() -> None:
     much_worse = report("0" * 10 + "0" * 5)
     gate = qeval_gate(much_worse, baseline, alpha=0.05)
     assert not gate.passed
-    assert gate.detail == "qeval 0/15 vs baseline 10/15, 10 worse, 0 better, p=0.002"
+    assert gate.detail == (
+        "qeval 0/15 vs reference 10/15, 10 worse, 0 better, one-sided p=0.00098 (alpha 0.05), "
+        "net loss 10 (margin 0): significantly worse"
+    )
 
     slightly_worse = report("1110111011" + "01000")
-    gate = qeval_gate(slightly_worse, baseline, alpha=0.05)
+    gate = qeval_gate(slightly_worse, baseline, alpha=0.05, margin_tasks=1)
     assert gate.passed and "2 worse, 1 better" in gate.detail
+    assert not qeval_gate(slightly_worse, baseline, alpha=0.05, margin_tasks=0).passed  # one net loss > margin 0
 
     assert qeval_gate(report("1" * 15), baseline, alpha=0.05).passed  # better is never a failure
 

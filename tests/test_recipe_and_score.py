@@ -103,10 +103,9 @@ def test_shell_lines_multi_node():
 
 
 def test_confirmation_judgement():
-    ratio, noise, winner = judge([60.0, 61.0, 59.5], [40.0, 41.0, 40.5])
-    assert winner and ratio == 60.0 / 40.5
-    _, _, winner = judge([41.0, 40.0], [40.5, 41.5])
-    assert not winner
+    result = judge([60.0, 61.0, 59.5], [40.0, 41.0, 40.5], prior=None, alpha=0.01)
+    assert result.winner and result.ratio == 60.0 / 40.5
+    assert not judge([41.0, 40.0], [40.5, 41.5], prior=None, alpha=0.01).winner
 
 
 def test_a_recipe_never_mixes_predicted_and_measured():

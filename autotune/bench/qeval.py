@@ -573,13 +573,30 @@ def mcnemar_exact(candidate: dict[str, bool], baseline: dict[str, bool]) -> McNe
     )
 
 
-def qeval_gate(candidate_report: QevalReport, baseline_report: QevalReport, alpha: float) -> GateOutcome:
-    """Fails only when the candidate is significantly worse than the baseline (p < alpha, worse > better)."""
+def binomial_upper_p(k: int, n: int) -> float:
+    """Exact one-sided p: P(X >= k) for X ~ Binomial(n, 1/2)."""
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def qeval_gate(
+    candidate_report: QevalReport, baseline_report: QevalReport, alpha: float, margin_tasks: int = 0
+) -> GateOutcome:
+    """Passes when the candidate is neither significantly worse than the reference (one-sided exact
+    McNemar: P(at least `worse` of the discordant pairs go against it) < alpha) nor worse by more
+    than `margin_tasks` net tasks (lost - gained)."""
     test = mcnemar_exact(candidate_report.results, baseline_report.results)
-    significantly_worse = test.p_value < alpha and test.worse > test.better
+    p_worse = binomial_upper_p(test.worse, test.worse + test.better)
+    significant = p_worse < alpha and test.worse > test.better
+    beyond_margin = test.worse - test.better > margin_tasks
     detail = (
-        f"qeval {candidate_report.correct}/{candidate_report.total} vs baseline "
+        f"qeval {candidate_report.correct}/{candidate_report.total} vs reference "
         f"{baseline_report.correct}/{baseline_report.total}, {test.worse} worse, {test.better} better, "
-        f"p={test.p_value:.2g}"
+        f"one-sided p={p_worse:.2g} (alpha {alpha}), net loss {test.worse - test.better} (margin {margin_tasks})"
     )
-    return GateOutcome(gate="qeval", passed=not significantly_worse, detail=detail)
+    if significant:
+        detail += ": significantly worse"
+    elif beyond_margin:
+        detail += ": loses more than the margin"
+    return GateOutcome(gate="qeval", status="fail" if significant or beyond_margin else "pass", detail=detail)

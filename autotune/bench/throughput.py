@@ -50,7 +50,16 @@ def _failed_detail(results: list[RequestResult]) -> str:
 
 
 class MeasurementFailed(RuntimeError):
-    """Every request of a workload failed: the config does not serve."""
+    """A workload's requests failed beyond what the space tolerates: the config does not serve."""
+
+
+def check_errors(what: str, results: list[RequestResult], workload: Workload) -> None:
+    """Raise when more requests failed than `workload.tolerated_error_rate` allows (default: any)."""
+    failed = [r for r in results if not r.ok]
+    if failed and len(failed) > workload.tolerated_error_rate * len(results):
+        raise MeasurementFailed(
+            f"{what}: {len(failed)} of {len(results)} requests failed; first error: {_failed_detail(failed)}"
+        )
 
 
 async def warm_up(client: ChatClient, workload: Workload) -> None:
@@ -83,6 +92,7 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
                 chunk_ratio.append((result.n_out - 1) / (result.n_chunks - 1))
         if rates:
             per_pass.append(geomean(rates))
+    check_errors(f"{set_name} decode", results, workload)
     if not per_pass:
         raise MeasurementFailed(f"{set_name} decode: {_failed_detail(results)}")
     setting = f"1 stream, {set_name} prompts ({len(prompts)}), up to {workload.decode_max_tokens} output tokens, greedy"
@@ -150,10 +160,12 @@ async def measure_prefill(
         rates: list[float] = []
         n_in_seen: list[int] = []
         failed = 0
+        results: list[RequestResult] = []
         for _ in range(workload.prefill_repeats):
             salt = uuid.uuid4().hex
             text = await build_prompt(depth, salt)
             result = await client.chat(user(text), max_tokens=2)
+            results.append(result)
             if not result.ok or result.ttft_ms is None:
                 failed += 1
                 continue
@@ -161,6 +173,7 @@ async def measure_prefill(
             correction = min(overhead, 0.8 * result.ttft_ms)
             rates.append(n_in / ((result.ttft_ms - correction) / 1000.0))
             n_in_seen.append(n_in)
+        check_errors(f"cold prefill at {depth} tokens", results, workload)
         if rates:
             out.append(
                 Measurement.of(
@@ -185,6 +198,7 @@ async def measure_concurrency(client: ChatClient, workload: Workload) -> list[Me
             continue
         batch = [user(prompts[i % len(prompts)].prompt) for i in range(level)]
         results = await asyncio.gather(*(client.chat(m, max_tokens=workload.decode_max_tokens) for m in batch))
+        check_errors(f"concurrency {level}", list(results), workload)
         ok = [r for r in results if r.ok and r.t_last is not None and r.n_out]
         if not ok:
             continue
