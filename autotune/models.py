@@ -711,6 +711,7 @@ class ProbeResult(Record):
     params: dict[str, Scalar] = Field(
         default_factory=dict, description="knob values this result is about (for pruning)"
     )
+    output: str | None = Field(None, description="the greedy text a launch probe generated (golden check)")
     duration_s: float = 0.0
 
 

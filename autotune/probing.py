@@ -29,13 +29,15 @@ def classify_log(path: Path) -> FailureInfo | None:
 
 def vllm_probes(model_path: str, timeout_s: float, logs_dir: Path, budget_s: float = 480.0) -> list[ProbeResult]:
     """vLLM's own selectors first (a prior), then real launches of every KV dtype x attention
-    backend the selectors accept (eager, real weights, golden answer), within `budget_s`."""
+    backend the selectors accept (eager, real weights), within `budget_s`; each launch's greedy
+    answer must start like the reference launch's (auto KV dtype, auto backend)."""
+    from probes.vllm_features import REFERENCE_GOLDEN
     from probes.vllm_features import main as vllm_features_main
 
     logs_dir.mkdir(parents=True, exist_ok=True)
     out = logs_dir / "vllm_features.json"
     argv = ["--model", model_path, "--out", str(out), "--logs", str(logs_dir), "--launch", "--real-weights"]
-    argv += ["--golden", "Paris", "--parallel", "3", "--timeout", f"{timeout_s:g}", "--budget-s", f"{budget_s:g}"]
+    argv += ["--golden", REFERENCE_GOLDEN, "--parallel", "3", "--timeout", f"{timeout_s:g}", "--budget-s", f"{budget_s:g}"]
     # FlashInfer JIT-compiles its kernels on first use (minutes): launch it last, inside the budget
     argv += ["--backends", "auto", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
     with contextlib.redirect_stdout(sys.stderr):  # its progress lines must not mix into --json output

@@ -53,6 +53,9 @@ KV_DTYPES = ("auto", "fp8", "fp8_e5m2", "nvfp4")
 SPEC_METHOD = "ngram"
 SERVED_NAME = "probe"
 PROMPT = "The capital of France is"
+#: `golden` value that compares every launch's greedy answer with the reference launch's
+REFERENCE_GOLDEN = "@reference"
+GOLDEN_WORDS = 2
 SPEC_PROMPT = "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3,"
 
 # Launch settings that make a probe start fast and fit beside other probes on one GPU.
@@ -483,10 +486,10 @@ def launch_one(
         return ProbeResult(feature=feature, status="fails", evidence=_failure_evidence(failure, log_text, why)[:2000],
                            signature=failure.failure_class if failure else ("empty_output" if not error else None),
                            params=combo.params(), duration_s=duration)
-    if golden is not None and golden not in text:
+    if golden not in (None, REFERENCE_GOLDEN) and golden not in text:
         return ProbeResult(feature=feature, status="fails", signature="golden_mismatch", params=combo.params(),
                            evidence=f"started ({picked}); answer {text!r} lacks {golden!r}", duration_s=duration)
-    return ProbeResult(feature=feature, status="works", params=combo.params(), duration_s=duration,
+    return ProbeResult(feature=feature, status="works", params=combo.params(), duration_s=duration, output=text,
                        evidence=f"started and answered ({picked}); {tokens} tokens {text[:80]!r}{spec}")
 
 
@@ -571,7 +574,29 @@ def _apply_golden_rule(results: list[ProbeResult], combos: list[Combo], golden: 
     return [_golden_rule(r, reference, golden) for r in results]
 
 
+def _first_words(text: str | None, n: int = GOLDEN_WORDS) -> list[str]:
+    return re.findall(r"\w+", (text or "").lower())[:n]
+
+
+def _against_reference(result: ProbeResult, reference: ProbeResult | None) -> ProbeResult:
+    """Golden check for every model: the first words of the greedy answer equal the reference
+    launch's (auto KV, auto backend) to the same prompt. Draft combos answer another prompt."""
+    if (result.status != "works" or reference is None or reference is result or reference.status != "works"
+            or result.feature == reference.feature or "draft_k" in result.params):
+        return result
+    mine, theirs = _first_words(result.output), _first_words(reference.output)
+    if mine == theirs:
+        return result
+    return result.model_copy(update={
+        "status": "fails", "signature": "golden_mismatch",
+        "evidence": f"greedy answer {result.output!r} differs from the reference launch's {reference.output!r} "
+                    f"in its first {GOLDEN_WORDS} words; {result.evidence}"[:2000],
+    })
+
+
 def _golden_rule(result: ProbeResult, reference: ProbeResult | None, golden: str | None) -> ProbeResult:
+    if golden == REFERENCE_GOLDEN:
+        return _against_reference(result, reference)
     if golden is None or result.signature != "golden_mismatch" or (reference is not None and reference.status == "works"):
         return result
     why = "the reference launch did not produce it" if reference else "no reference launch (auto, auto) to trust it"

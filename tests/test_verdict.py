@@ -267,3 +267,23 @@ def test_no_accuracy_study_exports_accuracy_unchecked(tmp_path, capsys):
     assert data["verdict"]["accuracy"] == "unchecked"
     assert any("unchecked" in line for line in data["accuracy"])
     assert "accuracy unchecked" in err
+
+
+# ---------------------------------------------------------------- vLLM probe: golden against the reference launch
+
+
+def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_path):
+    # before: the golden check was the fixed word "Paris" (waived for base models): any text passed
+    from probes import vllm_features as F
+
+    answers = {F.Combo("auto", None): " Paris, the city of", F.Combo("fp8", None): " Paris. The capital",
+               F.Combo("fp8_e5m2", None): " a city in the"}
+
+    def launcher(combo, model_dir, **kw):
+        return ProbeResult(feature=f"launch:{combo.label()}", status="works", params=combo.params(),
+                           evidence="scripted", output=answers[combo])
+
+    combos = F.make_combos(["auto", "fp8", "fp8_e5m2"], ["auto"])
+    results = F.launch_matrix("m", combos, log_dir=tmp_path, golden=F.REFERENCE_GOLDEN, launcher=launcher)
+    assert [r.status for r in results] == ["works", "works", "fails"]
+    assert results[2].signature == "golden_mismatch" and "reference" in results[2].evidence
