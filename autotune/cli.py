@@ -87,6 +87,14 @@ def search(
             help="relaunch the baseline this many times to measure the launch-to-launch noise (stored per host and engine)",
         ),
     ] = 1,
+    qeval_reference: Annotated[
+        Optional[int],
+        typer.Option(
+            "--qeval-reference", min=0,
+            help="trial whose qeval answers are the reference (default: trial 0, the baseline); "
+            "use it when the baseline has no qeval result",
+        ),
+    ] = None,
     time_budget: Annotated[
         Optional[float],
         typer.Option(
@@ -122,6 +130,7 @@ def search(
         seed=seed,
         confirm_rounds=confirm_rounds,
         noise_relaunches=noise_relaunches,
+        qeval_reference=qeval_reference,
         time_budget_s=None if time_budget is None else time_budget * 60.0,
         reporter=report.RichReporter(console),
     )

@@ -54,7 +54,10 @@ def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gat
     if result.qeval is None:
         return unchecked("qeval", "qeval not measured")
     if reference is None or reference.qeval is None:
-        return unchecked("qeval", "no reference: trial 0 of this study has no qeval result")
+        which = f"trial {reference.number}" if reference is not None else "the reference trial"
+        return unchecked(
+            "qeval", f"no reference: {which} of this study has no qeval result (name one: search --qeval-reference N)"
+        )
     if reference.number == result.number:
         return GateOutcome(gate="qeval", status="pass", detail=f"reference ({result.qeval.correct}/{result.qeval.total})")
     return qeval_gate(result.qeval, reference.qeval, gates.qeval.alpha, gates.qeval.margin_tasks)

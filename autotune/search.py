@@ -308,12 +308,15 @@ def run(
     seed: int = 0,
     confirm_rounds: int = 0,
     noise_relaunches: int = 1,
+    qeval_reference: int | None = None,
     time_budget_s: float | None = None,
     reporter: Reporter | None = None,
 ) -> StudyOutcome:
     assert plan.store is not None
     host_key = plan.store.save_host(plan.host)
     plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key, accuracy=plan.ctx.accuracy)
+    if qeval_reference is not None:
+        plan.store.set_study_reference(plan.study, qeval_reference)
     budget = TimeBudget(time_budget_s)
     tuner = Tuner(
         plan.ctx,

@@ -140,6 +140,7 @@ def m003_launch_noise(db: sqlite_utils.Database) -> None:
     )
     db["launch_samples"].create_index(["host_key", "engine"])
     db["tuning_studies"].add_column("accuracy", int)
+    db["tuning_studies"].add_column("reference_trial", int)  # qeval's reference; NULL = trial 0
 
 
 class LearnedFailure(dict[str, Any]):
@@ -241,6 +242,14 @@ class Store:
                 "accuracy": int(accuracy),
             }
         )
+
+    def study_reference(self, name: str) -> int:
+        """The trial qeval compares with: trial 0 unless the user named another."""
+        row = self.study(name)
+        return 0 if row is None or row.get("reference_trial") is None else int(row["reference_trial"])
+
+    def set_study_reference(self, name: str, trial: int) -> None:
+        self.db["tuning_studies"].update(name, {"reference_trial": trial})
 
     def study_accuracy(self, name: str) -> bool:
         """Whether the study was created with its accuracy gates on (unknown: on, so nothing passes unchecked)."""

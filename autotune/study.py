@@ -109,19 +109,25 @@ def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
     return {k.name: CategoricalDistribution(k.values) for k in ctx.space.knobs}
 
 
+def reference_of(store: Store, name: str, trials: list[TrialResult] | None = None) -> TrialResult | None:
+    """qeval's reference: trial 0, or the trial named with `search --qeval-reference N`."""
+    number = store.study_reference(name)
+    return next((t for t in (trials if trials is not None else store.trials(name)) if t.number == number), None)
+
+
 def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
     """The study as it stands. Gates are judged again from the stored evidence with the study's own
     space and mode, so a rule change (or a reference measured later) never leaves a stale pass."""
     trials = store.trials(name)
-    base = next((t for t in trials if t.number == 0), None)
     row = store.study(name)
     accuracy = store.study_accuracy(name)
     noise = None
     if row is not None:
         gates = SearchSpace.model_validate_json(row["space"]).gates
-        trials = [t.model_copy(update={"gates": evaluate_gates(t, base, gates, accuracy)}) for t in trials]
-        base = next((t for t in trials if t.number == 0), None)
+        reference = reference_of(store, name, trials)
+        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
         noise = store.launch_noise(row["host_key"], row["engine"])
+    base = next((t for t in trials if t.number == 0), None)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
         name=name,
@@ -276,9 +282,11 @@ class Tuner:
             except KeyboardInterrupt:
                 study.tell(trial, state=TrialState.FAIL)  # not measured: a resumed study may try it again
                 raise
-            base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
+            reference = result if trial.number == self.store.study_reference(self.ctx.study) else reference_of(
+                self.store, self.ctx.study
+            )
             predicted = self.predict(candidate) if self.predict else {}
-            gates = evaluate_gates(result, base, space.gates, self.store.study_accuracy(self.ctx.study))
+            gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
             if result.status == "ok" and result.objective:

@@ -287,3 +287,19 @@ def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_
     results = F.launch_matrix("m", combos, log_dir=tmp_path, golden=F.REFERENCE_GOLDEN, launcher=launcher)
     assert [r.status for r in results] == ["works", "works", "fails"]
     assert results[2].signature == "golden_mismatch" and "reference" in results[2].evidence
+
+
+def test_a_named_qeval_reference_replaces_a_baseline_without_qeval(tmp_path):
+    from autotune.study import outcome_of
+
+    store = _store_with(tmp_path, None)
+    space = load_space("llamacpp-gemma3-270m")
+    no_qeval_base = _trial(0, 100.0, qeval=None, **space.baseline_params())
+    store.save_trial(no_qeval_base)
+    worse = {k: i >= 5 for i, k in enumerate(ALL_RIGHT)}  # 5 of 20 lost against trial 1
+    store.save_trial(_trial(2, 200.0, qeval=worse, **{**space.baseline_params(), "n_threads": 2, "n_batch": 256}))
+    gates = {t.number: {g.gate: g.status for g in t.gates} for t in outcome_of(store, "s").trials}
+    assert gates[1]["qeval"] == "unchecked" and gates[2]["qeval"] == "unchecked"
+    store.set_study_reference("s", 1)
+    gates = {t.number: {g.gate: g.status for g in t.gates} for t in outcome_of(store, "s").trials}
+    assert gates[1]["qeval"] == "pass" and gates[2]["qeval"] == "fail"
