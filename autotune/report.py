@@ -155,6 +155,10 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
+    tied = [t.number for t in outcome.ranked[1:] if t.objective and best.objective
+            and single_launch_inside(best.objective / t.objective, noise)]
+    if tied:
+        console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(map(str, tied))}")
     c = outcome.confirmation
     if c and c.best_trial == best.number:
         console.print(
