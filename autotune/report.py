@@ -173,17 +173,23 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
     from autotune.recipe import portable_launch, shell_lines
     from autotune.search import surviving
 
+    from autotune.launchers.cluster import is_placeholder, placeholder_note
+
     rows = surviving(plan)
     kept = [c for c, why in rows if why is None]
     console.print(
         f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
         f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
     )
+    cluster = plan.ctx.cluster
+    if cluster is not None and is_placeholder(cluster):
+        console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
     for i, candidate in enumerate(kept):
         launch = portable_launch(plan.ctx.render(candidate))
         console.print(f"[bold]#{i}[/] {candidate.label()}")
         for line in shell_lines(launch):
-            console.print(f"  {line}", markup=False, highlight=False)
+            for part in line.splitlines():
+                console.print(f"  {part}", markup=False, highlight=False)
     dropped: dict[str, int] = {}
     for _, why in rows:
         if why:
@@ -231,5 +237,13 @@ def print_probe(console: Console, result: Any) -> None:
 
 def print_plan(console: Console, plan_report: Any) -> None:
     from autotune.planner import render_plan_table
+    from autotune.recipe import shell_lines
 
     console.print(render_plan_table(plan_report))
+    if plan_report.launch is not None:
+        console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
+        for line in shell_lines(plan_report.launch):
+            for part in line.splitlines():
+                console.print(f"  {part}", markup=False, highlight=False)
+    if plan_report.hosts_note:
+        console.print(plan_report.hosts_note, markup=False, highlight=False)
