@@ -22,6 +22,8 @@ app = typer.Typer(
     no_args_is_help=False,
     help="Find the fastest accurate way to serve an LLM on given hardware.",
 )
+space_app = typer.Typer(no_args_is_help=True, help="Write search spaces (autotune space new).")
+app.add_typer(space_app, name="space")
 console = Console(soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
 
@@ -238,6 +240,33 @@ def plan(
         console.print_json(report_.model_dump_json())
     else:
         report.print_plan(console, report_)
+
+
+@space_app.command("new")
+def space_new(
+    model: Annotated[str, typer.Option("--model", help="model directory holding config.json, or a config.json file")],
+    hardware: Annotated[str, typer.Option("--hardware", help="hardware profile the space is for (spark, h200, ...)")] = "spark",
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")] = 1,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here (never over a file)")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="space name (default: <model dir>-<hardware><nodes>)")] = None,
+) -> None:
+    """Write a search space for your own model from its config.json.
+
+    It holds the architecture facts, the knobs that apply to it, the checkpoint's quantization, the
+    memory fit on the hardware and (Spark) seed-recipe fixed settings, and is validated as `search`
+    loads a space. Downloads nothing: the config must be on disk."""
+    from autotune.space_from_config import new_space, write_space
+
+    made = new_space(model, hardware, nodes, name)
+    write_space(made, output)
+    if output is None:
+        console.print(made.text, markup=False, highlight=False, end="")
+        errors.print(made.summary, markup=False, highlight=False)
+    else:
+        console.print(f"{made.summary}; written to {output}", markup=False, highlight=False)
+        console.print(
+            f"next: autotune plan --space {output} --hardware {hardware} --nodes {nodes}", markup=False, highlight=False
+        )
 
 
 def _chosen_space(space: str | None, hardware: str | None, nodes: int | None) -> str:
