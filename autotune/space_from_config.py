@@ -47,6 +47,7 @@ PREFILL_DEPTHS = (4096, 16384, 65536)
 #: checkpoint formats whose MoE experts run on Marlin on sm_12x (capabilities.md §7)
 MARLIN_MOE_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8", "int4"})
 LINEAR_GROUPS = ("attention", "dense_mlp", "experts", "shared")
+ONLINE_FP8_WHY = "quantization null/fp8: a 16-bit checkpoint can be quantized online to FP8"
 
 
 # ---------------------------------------------------------------------- reading config.json
@@ -268,6 +269,10 @@ class Checkpoint:
     quantized: tuple[str, ...] = ()
     fp8_kv_scales: bool = False
 
+    @property
+    def is_16bit(self) -> bool:
+        return self.quant_method is None
+
     def weight_bits(self, params: ParamCount) -> float:
         quantized = sum(params.group(g) for g in self.quantized)
         return (quantized * self.bits + (params.total - quantized) * 16) / params.total
@@ -283,7 +288,8 @@ def _kept_16bit(qc: dict[str, Any]) -> tuple[str, ...]:
 def checkpoint_format(cfg: dict[str, Any]) -> Checkpoint:
     qc = cfg.get("quantization_config")
     if not isinstance(qc, dict) or not qc.get("quant_method"):
-        return Checkpoint(format="bf16", bits=16.0)
+        dtype = str(_first(cfg, "torch_dtype", "dtype") or "bfloat16")
+        return Checkpoint(format="fp16" if dtype == "float16" else "bf16", bits=16.0)
     method = str(qc["quant_method"]).lower()
     groups = _kept_16bit(qc)
     kv_scales = str(qc.get("kv_cache_quant_algo") or qc.get("kv_cache_scheme") or "").upper().startswith("FP8")
@@ -382,19 +388,20 @@ def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: 
             f"gpu_memory_utilization {UNIFIED_MEMORY_GMU}: the common safe value on unified memory; more risks an "
             "OOM under load or a wedged host (multinode-spark.md §6)"
         )
-    if ckpt.format == "bf16":
+    if ckpt.is_16bit:
         draft.knob("quantization", [None, "fp8"], "online FP8 (W8A8) of the 16-bit checkpoint; null = as stored")
-        draft.why.append("quantization null/fp8: a 16-bit checkpoint can be quantized online to FP8")
+        draft.why.append(ONLINE_FP8_WHY)
     else:
         draft.why.append(f"quantization left out: vLLM reads the checkpoint's own ({ckpt.quant_method}) from config.json")
     if arch.is_moe and ckpt.format in MARLIN_MOE_FORMATS and _sm12x(profile):
         draft.fixed["moe_backend"] = "marlin"
-        draft.why.append(f"moe_backend marlin: the {ckpt.format} MoE kernel that runs on {profile.compute_capability} (capabilities.md §7)")
-    if arch.is_mla:
         draft.why.append(
-            "no kv_cache_dtype or attention_backend knob: an MLA model has one dense attention backend on sm_12x "
-            "(TRITON_MLA) and vLLM picks it"
+            f"moe_backend marlin: the {ckpt.format} MoE kernel that runs on {profile.compute_capability} "
+            "(capabilities.md §7)"
         )
+    if arch.is_mla:
+        which = "it has one dense MLA backend on sm_12x (TRITON_MLA)" if _sm12x(profile) else "it picks the MLA backend"
+        draft.why.append(f"no kv_cache_dtype or attention_backend knob for an MLA model: vLLM decides; {which}")
     else:
         fp8_why = " (the checkpoint carries FP8 KV scales)" if ckpt.fp8_kv_scales else ""
         draft.knob("kv_cache_dtype", [None, "fp8"], f"null = the model dtype; fp8 halves KV bytes{fp8_why}")
@@ -403,7 +410,9 @@ def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: 
             draft.why.append("attention_backend TRITON_ATTN: on sm_12x only Triton attention has attention sinks")
         elif _sm12x(profile):
             draft.knob("attention_backend", [None, "TRITON_ATTN", "FLASHINFER"], "null lets vLLM choose")
-            draft.why.append("attention_backend null/TRITON_ATTN/FLASHINFER: FLASH_ATTN is FA2 on sm_12x and takes no fp8 KV")
+            draft.why.append(
+                "attention_backend null/TRITON_ATTN/FLASHINFER: FLASH_ATTN is FA2 on sm_12x and takes no fp8 KV"
+            )
             if arch.head_dim == 256:
                 draft.rules.append(
                     Rule(
@@ -462,15 +471,17 @@ def _fit(name: str, model: ModelSpec, profile: HardwareProfile, nodes: int, draf
                 break
             draft.drop_knob("quantization")
             draft.fixed["quantization"] = "fp8"
+            draft.why = [w for w in draft.why if w != ONLINE_FP8_WHY]
+            draft.why.append("quantization fp8 (fixed): the 16-bit weights fit at no context length, online FP8 does")
         for length in lengths:
             space = _space(name, model, profile, nodes, draft, length)
             est = estimate(space, baseline(space), profile, nodes)
             if est.fits:
                 budget = f" of the {est.engine_budget_gb:.1f} GB the engine takes" if est.engine_budget_gb else ""
-                how = "" if attempt == "as stored" else "; quantization fixed to fp8: the 16-bit weights fit at no length"
+                how = "" if attempt == "as stored" else " (with online fp8 weights)"
                 return space, (
                     f"max_model_len {length}: the longest of {', '.join(map(str, lengths))} at which the baseline fits; "
-                    f"it needs {est.total_gb:.1f} GB per node{budget}{how}"
+                    f"it needs {est.total_gb:.1f} GB per {'GPU' if profile.gpus_per_node > 1 else 'node'}{budget}{how}"
                 )
             last_reason = est.reason or ""
     raise ConfigError(
@@ -513,7 +524,8 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
     profile = get_profile(hardware)
     if profile.gpus_per_node == 0:
         raise ConfigError(
-            f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from search_spaces/llamacpp-gemma3-270m.yaml"
+            f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
+            "search_spaces/llamacpp-gemma3-270m.yaml"
         )
     arch = architecture(cfg)
     _check_tp(arch, nodes * profile.gpus_per_node)
@@ -521,8 +533,10 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
     params = count_params(arch)
     bits = ckpt.weight_bits(params)
     label = model_dir.name
-    name = name or f"{slug(label)}-{profile.name}{nodes}"
-    has_template = (model_dir / "chat_template.jinja").is_file() or "chat_template" in _json(model_dir / "tokenizer_config.json")
+    boxes = f"{profile.name}x{nodes}" if profile.name[-1].isdigit() else f"{profile.name}{nodes}"
+    name = name or f"{slug(label)}-{boxes}"
+    tokenizer = _json(model_dir / "tokenizer_config.json")
+    has_template = (model_dir / "chat_template.jinja").is_file() or "chat_template" in tokenizer
     tokenizer_known = (model_dir / "tokenizer_config.json").is_file()
     spec = ModelSpec(
         name=label,

@@ -96,8 +96,10 @@ def test_a_moe_bf16_model_on_four_sparks(tmp_path):
 
 
 def test_memory_fit_quantizes_a_dense_70b_that_does_not_fit_one_spark(tmp_path):
-    one = new_space(str(model_dir(tmp_path, "Llama-3.3-70B-Instruct")), "spark", 1).space
+    made = new_space(str(model_dir(tmp_path, "Llama-3.3-70B-Instruct")), "spark", 1)
+    one = made.space
     assert one.fixed["quantization"] == "fp8"  # 141 GB of bf16 weights > one Spark
+    assert "# - quantization fp8 (fixed)" in made.text and "quantization null/fp8" not in made.text
     assert "quantization" not in {k.name for k in one.knobs}
     assert one.fixed["max_model_len"] < 131072  # the full context does not fit beside the weights
     four = new_space(str(tmp_path / "Llama-3.3-70B-Instruct"), "spark", 4, name="llama-tp4").space
@@ -116,6 +118,7 @@ def test_an_mxfp4_model_with_attention_sinks(tmp_path):
 
 def test_an_mla_model_with_mtp_layers(tmp_path):
     space = new_space(str(model_dir(tmp_path, "DeepSeek-V3")), "h200", 1).space
+    assert space.name == "deepseek-v3-h200x1"
     knobs = {k.name: k for k in space.knobs}
     assert space.fixed["spec_method"] == "mtp" and knobs["draft_k"].values == [0, 1, 2, 3]
     assert "kv_cache_dtype" not in knobs and "attention_backend" not in knobs
