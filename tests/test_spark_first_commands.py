@@ -40,6 +40,13 @@ def test_no_options_keeps_the_cpu_default():
     assert choose_space(None, "auto", 1).name == DEFAULT_SPACE
 
 
+def test_search_with_no_options_still_runs_the_cpu_space(capsys, gemma_gguf):
+    """The README's first command: no --space, no --hardware, no --nodes."""
+    code, out, err = run(capsys, "search", "--dry-run")
+    assert code == 0, err
+    assert out.startswith("space llamacpp-gemma3-270m:") and "no --space given" not in err
+
+
 def test_a_named_space_is_used_as_named():
     assert choose_space("vllm-gemma3-270m", "spark", 4).name == "vllm-gemma3-270m"
 
