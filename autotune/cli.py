@@ -22,12 +22,23 @@ app = typer.Typer(
     no_args_is_help=False,
     help="Find the fastest accurate way to serve an LLM on given hardware.",
 )
+space_app = typer.Typer(no_args_is_help=True, help="Write search spaces (autotune space new).")
+app.add_typer(space_app, name="space")
 console = Console(soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
 
 DbOption = Annotated[Path, typer.Option("--db", help="runs.db path (created on first use)")]
 SpaceOption = Annotated[
     str, typer.Option("--space", "-s", help="search space: a name in search_spaces/ or a YAML path")
+]
+ChosenSpaceOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--space",
+        "-s",
+        help="search space: a name in search_spaces/ or a YAML path (default: the one shipped space made for "
+        "--hardware/--nodes; with neither, llamacpp-gemma3-270m)",
+    ),
 ]
 StudyOption = Annotated[Optional[str], typer.Option("--study", help="study name (default: the newest study)")]
 HardwareOption = Annotated[
@@ -52,7 +63,7 @@ def _root(
 
 @app.command()
 def search(
-    space: SpaceOption = "llamacpp-gemma3-270m",
+    space: ChosenSpaceOption = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model file/dir, overrides the space's")] = None,
     db: DbOption = DEFAULT_DB,
     study: Annotated[Optional[str], typer.Option("--study", help="study name (default: <space>-<hardware>-x<nodes>)")] = None,
@@ -108,7 +119,7 @@ def search(
     from autotune import search as search_lib
 
     plan = search_lib.prepare(
-        space_name=space,
+        space_name=_chosen_space(space, hardware, nodes),
         model_path=model,
         db_path=db,
         study=study,
@@ -165,7 +176,10 @@ def export(
     predicted: Annotated[
         bool, typer.Option("--predicted", help="no study: the best-predicted candidate of --space, marked predicted")
     ] = False,
-    space: Annotated[Optional[str], typer.Option("--space", "-s", help="with --predicted: the space to plan")] = None,
+    space: Annotated[
+        Optional[str],
+        typer.Option("--space", "-s", help="with --predicted: the space to plan (default: the one made for --hardware/--nodes)"),
+    ] = None,
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
 ) -> None:
@@ -173,9 +187,9 @@ def export(
     from autotune import search as search_lib
 
     if predicted:
-        if space is None:
-            raise ConfigError("--predicted needs --space (the space to plan); it reads no study")
-        text = search_lib.predicted_recipe(space, hardware, nodes, None, output, db)
+        if space is None and hardware is None and nodes is None:
+            raise ConfigError("--predicted needs --space, or --hardware/--nodes to pick a shipped space; it reads no study")
+        text = search_lib.predicted_recipe(_chosen_space(space, hardware, nodes), hardware, nodes, None, output, db)
     else:
         store = search_lib.open_store(db, must_exist=True)
         exported = search_lib.export_recipe(store, study, trial, output)
@@ -230,21 +244,63 @@ def probe(
 @app.command()
 def plan(
     db: DbOption = DEFAULT_DB,
-    space: SpaceOption = "llamacpp-gemma3-270m",
+    space: ChosenSpaceOption = None,
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model dir with config.json (overrides the space)")] = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="YAML describing the boxes: the launch is shown for them")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Memory fit and roofline predictions per candidate; launches nothing. Planning for this host's
-    own hardware, candidates its stored probes (runs.db) show failing are dropped with the reason."""
+    """Memory fit and roofline predictions per candidate, then the best-predicted candidate's exact
+    commands and environment per node (placeholder hosts without --cluster); launches nothing.
+    Planning for this host's own hardware, candidates its stored probes (runs.db) show failing are
+    dropped with the reason."""
     from autotune import search as search_lib
 
-    report_ = search_lib.plan_space(space, hardware, nodes, model, db)
+    report_ = search_lib.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)
     if as_json:
         console.print_json(report_.model_dump_json())
     else:
         report.print_plan(console, report_)
+
+
+@space_app.command("new")
+def space_new(
+    model: Annotated[str, typer.Option("--model", help="model directory holding config.json, or a config.json file")],
+    hardware: Annotated[str, typer.Option("--hardware", help="hardware profile the space is for (spark, h200, ...)")] = "spark",
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")] = 1,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here (never over a file)")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="space name (default: <model dir>-<hardware><nodes>)")] = None,
+) -> None:
+    """Write a search space for your own model from its config.json.
+
+    It holds the architecture facts, the knobs that apply to it, the checkpoint's quantization, the
+    memory fit on the hardware and (Spark) seed-recipe fixed settings, and is validated as `search`
+    loads a space. Downloads nothing: the config must be on disk."""
+    from autotune.space_from_config import new_space, write_space
+
+    made = new_space(model, hardware, nodes, name)
+    write_space(made, output)
+    if output is None:
+        console.print(made.text, markup=False, highlight=False, end="")
+        errors.print(made.summary, markup=False, highlight=False)
+    else:
+        console.print(f"{made.summary}; written to {output}", markup=False, highlight=False)
+        console.print(
+            f"next: autotune plan --space {output} --hardware {hardware} --nodes {nodes}", markup=False, highlight=False
+        )
+
+
+def _chosen_space(space: str | None, hardware: str | None, nodes: int | None) -> str:
+    """The space named, or the one picked for --hardware/--nodes, saying which on stderr."""
+    from autotune.space_choice import choose_space
+
+    choice = choose_space(space, hardware, nodes)
+    if choice.note:
+        errors.print(choice.note, markup=False, highlight=False)
+    return choice.name
 
 
 def _sigterm(signum: int, frame: object) -> None:

@@ -759,6 +759,8 @@ class PlanReport(Record):
     nodes: int
     kept: list[PlanEstimate]
     dropped: list[PlanEstimate]
+    launch: LaunchSpec | None = Field(None, description="the best-predicted candidate's launch, per node")
+    hosts_note: str | None = Field(None, description="set when the launch is rendered for placeholder hosts")
 
 
 # ---------------------------------------------------------------- recipe

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 
-from autotune.models import Candidate, FailureInfo, TrialResult
+from autotune.models import Candidate, FailureInfo, LaunchSpec, TrialResult
 from autotune.noise import single_launch_inside
 from autotune.score import verdict
 from autotune.study import StudyOutcome
@@ -179,8 +179,18 @@ def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> 
     console.print(f"results in {plan.db_path}; `autotune export --db {plan.db_path} --study {outcome.name}` writes the recipe")
 
 
+def print_launch(console: Console, launch: LaunchSpec) -> None:
+    """Each node's environment and argv as one shell line, under a `# node N (role)` line."""
+    from autotune.recipe import shell_lines
+
+    for line in shell_lines(launch):
+        for part in line.splitlines():
+            console.print(f"  {part}", markup=False, highlight=False)
+
+
 def print_dry_run(console: Console, plan: SearchPlan) -> None:
-    from autotune.recipe import portable_launch, shell_lines
+    from autotune.launchers.cluster import is_placeholder, placeholder_note
+    from autotune.recipe import portable_launch
     from autotune.search import surviving
 
     rows = surviving(plan)
@@ -189,11 +199,13 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
         f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
         f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
     )
+    cluster = plan.ctx.cluster
+    if cluster is not None and is_placeholder(cluster):
+        console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
     for i, candidate in enumerate(kept):
         launch = portable_launch(plan.ctx.render(candidate))
         console.print(f"[bold]#{i}[/] {candidate.label()}")
-        for line in shell_lines(launch):
-            console.print(f"  {line}", markup=False, highlight=False)
+        print_launch(console, launch)
     dropped: dict[str, int] = {}
     for _, why in rows:
         if why:
@@ -243,3 +255,8 @@ def print_plan(console: Console, plan_report: Any) -> None:
     from autotune.planner import render_plan_table
 
     console.print(render_plan_table(plan_report))
+    if plan_report.launch is not None:
+        console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
+        print_launch(console, plan_report.launch)
+    if plan_report.hosts_note:
+        console.print(plan_report.hosts_note, markup=False, highlight=False)

@@ -19,7 +19,7 @@ from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
 from autotune.hardware import is_this_host, parallel_layout, resolve_hardware
 from autotune.launchers.base import free_port
-from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
+from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster, placeholder_note
 from autotune.model_files import resolve_model
 from autotune.models import (
     Candidate,
@@ -27,6 +27,7 @@ from autotune.models import (
     DeviceIdentity,
     HardwareProfile,
     HostFingerprint,
+    LaunchSpec,
     PlanEstimate,
     RecipeVerdict,
     SearchSpace,
@@ -34,7 +35,7 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.recipe import recipe_from_plan, recipe_from_trial, render_recipe
+from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.space import (
     Check,
     Pruner,
@@ -152,9 +153,11 @@ def cluster_for(
     hardware: HardwareProfile,
     device: DeviceIdentity,
     image: str | None,
+    dry_run: bool = False,
 ) -> Cluster | None:
     """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
-    standing in for boxes when this host has the GPUs for all of them."""
+    standing in for boxes when this host has the GPUs for all of them. A dry run launches nothing,
+    so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
     if launcher not in ("process", "ray", "docker"):
         raise ConfigError(f"unknown launcher {launcher!r}; use process, ray or docker")
     if cluster_file is not None:
@@ -162,11 +165,13 @@ def cluster_for(
         if len(cluster.nodes) != nodes:
             raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
         return cluster.model_copy(update={"image": cluster.image or image})
-    if launcher == "docker":
+    if launcher == "docker" and not dry_run:
         raise ConfigError("the docker launcher needs --cluster FILE (nodes with their Docker daemons, and the image)")
     if nodes == 1:
         return None
     needed = nodes * hardware.gpus_per_node
+    if dry_run and needed > len(device.gpus):
+        return placeholder_cluster(nodes, hardware.gpus_per_node).model_copy(update={"image": image})
     if needed > len(device.gpus):
         raise ConfigError(
             f"--nodes {nodes} on {hardware.name} needs {needed} GPUs; this host has {len(device.gpus)}: "
@@ -208,7 +213,7 @@ def prepare(
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
     launcher_name = launcher or space.launcher
-    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image)
+    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
     host = fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
@@ -451,19 +456,56 @@ def predicted_recipe(
         raise NoValidCandidate(f"space {space.name!r}: no candidate fits {profile.name} x{node_count}")
     best = report.kept[0]
     candidate = next(c for c in kept if c.key() == best.candidate_key)
-    cluster = placeholder_cluster(node_count, profile.gpus_per_node) if node_count > 1 else None
-    ctx = TrialContext(study="plan", space=space, model=space.model, engine=engine, logs_dir=Path("."), cluster=cluster)
-    recipe = recipe_from_plan(space, candidate, best, ctx.render(candidate), profile.name, node_count)
+    launch, _ = launch_to_show(space, engine, candidate, profile, node_count, None)
+    recipe = recipe_from_plan(space, candidate, best, launch, profile.name, node_count)
     text = render_recipe(recipe, output)
     return text
 
 
+def launch_to_show(
+    space: SearchSpace,
+    engine: Engine,
+    candidate: Candidate,
+    profile: HardwareProfile,
+    nodes: int,
+    cluster_file: Path | None,
+) -> tuple[LaunchSpec, str | None]:
+    """`candidate`'s launch for a person to read or run: on the boxes of the cluster file, else (several
+    nodes) on placeholder boxes, with the note that says so. Nothing is started."""
+    note = None
+    if cluster_file is not None:
+        cluster: Cluster | None = load_cluster(cluster_file)
+        if len(cluster.nodes) != nodes:
+            raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+    elif nodes > 1:
+        cluster, note = placeholder_cluster(nodes, profile.gpus_per_node), placeholder_note(nodes)
+    else:
+        cluster = None
+    model = space.model
+    if not model.path:  # a PyPI model package: its file is only assembled when a search runs
+        model = model.model_copy(update={"path": f"<the model file of {model.package}>"})
+    ctx = TrialContext(study="plan", space=space, model=model, engine=engine, logs_dir=Path("."), cluster=cluster)
+    return portable_launch(ctx.render(candidate)), note
+
+
 def plan_space(
-    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None = None
+    space_name: str,
+    hardware: str | None,
+    nodes: int | None,
+    model_path: str | None,
+    db_path: Path | None = None,
+    cluster_file: Path | None = None,
 ) -> PlanReport:
-    space, _, profile, node_count, kept, probe_dropped = _planned(space_name, hardware, nodes, model_path, db_path)
+    """Memory fit and predictions per candidate, plus the best-predicted one's launch per node."""
+    space, engine, profile, node_count, kept, probe_dropped = _planned(space_name, hardware, nodes, model_path, db_path)
     report = plan_candidates(space, kept, profile, node_count)
-    return report.model_copy(update={"dropped": [*probe_dropped, *report.dropped]})
+    launch = note = None
+    if report.kept:
+        best = next(c for c in kept if c.key() == report.kept[0].candidate_key)
+        launch, note = launch_to_show(space, engine, best, profile, node_count, cluster_file)
+    return report.model_copy(
+        update={"dropped": [*probe_dropped, *report.dropped], "launch": launch, "hosts_note": note}
+    )
 
 
 def _planned(

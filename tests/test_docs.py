@@ -46,6 +46,13 @@ def test_every_command_has_help_and_docs():
     readme = (ROOT / "README.md").read_text()
     for name in names:
         assert f"autotune {name}" in readme, f"README does not mention `autotune {name}`"
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    assert set(groups) == set(gen_cli_docs.GROUPS)
+    for group, sub in groups.items():
+        assert {c.name for c in sub.registered_commands} == set(gen_cli_docs.GROUPS[group])
+        for command in sub.registered_commands:
+            assert (command.callback.__doc__ or "").strip(), f"{group} {command.name} has no help text"
+            assert f"autotune {group} {command.name}" in readme, f"README does not mention `autotune {group} {command.name}`"
 
 
 def test_module_entry_point_runs():

@@ -60,9 +60,22 @@ def local_cluster(nodes: int, temp_root: Path, *, gpus_per_node: int = 0, num_cp
 
 def placeholder_cluster(nodes: int, gpus_per_node: int) -> Cluster:
     """N separate boxes with placeholder addresses 192.168.100.1..N, for rendering a launch
-    nobody runs here (predicted recipes); replace the IPs with the boxes' real ones."""
+    nobody runs here (predicted recipes, plans, dry runs); replace the IPs with the boxes' real ones."""
     members = [ClusterNode(ip=f"192.168.100.{i + 1}") for i in range(nodes)]
     return Cluster(nodes=members, gpus_per_node=max(gpus_per_node, 1))
+
+
+def is_placeholder(cluster: Cluster) -> bool:
+    """Whether `cluster` is `placeholder_cluster`'s (the image aside), not boxes someone described."""
+    fake = placeholder_cluster(len(cluster.nodes), cluster.gpus_per_node)
+    return cluster.model_copy(update={"image": None}) == fake
+
+
+def placeholder_note(nodes: int) -> str:
+    return (
+        f"hosts are placeholders (192.168.100.1-{nodes}, no interface or HCA names): describe your boxes in a "
+        "cluster file and pass --cluster FILE to see their own addresses and NCCL settings"
+    )
 
 
 # ---------------------------------------------------------------------- per-rank environment
