@@ -5,7 +5,8 @@ the planner computes for the same candidate. Fitting always happens on one set o
 error is reported on the others (never on a point that was fitted on).
 
 Decode step models compared (t = seconds per token at one stream):
-  shipped    the planner as the profile has it (no fit on these points)
+  shipped    the planner as the profile has it (no fit on these points): stored with the trial,
+             and recomputed by this checkout
   planner    the planner's own form refitted: t = bytes / (bandwidth x efficiency) + overhead
   per_layer  t = fixed + n_layers x per_layer (bytes left out: kernel latency bound)
 """
@@ -35,7 +36,8 @@ class Point:
     kv_bytes_per_token: float  # KV bytes one cached token adds to every later step
     bandwidth: float  # bytes/s
     decode_tps: float
-    shipped_decode_tps: float | None
+    shipped_decode_tps: float | None  # what the study stored when it ran
+    current_decode_tps: float | None  # this checkout's planner with the profile's fitted numbers
     prefill_tps: float | None
     bare_prefill_tps: float | None
     extras: dict[str, float]
@@ -66,6 +68,7 @@ def point(space: SearchSpace, trial: TrialResult, hardware: str = "h200") -> Poi
     bare = replace(planner_facts(profile), decode_efficiency=1.0, prefill_efficiency=1.0,
                    step_overhead_ms=None, eager_step_overhead_ms=None)
     est = estimate(space, trial.candidate, profile, 1, facts=bare)
+    current = estimate(space, trial.candidate, profile, 1)
     bandwidth = profile.mem_bandwidth_gbps * GB
     prefill = [m for m in trial.measurements if m.name.startswith("prefill_tps.")]
     extras = {m.name: m.median for m in trial.measurements}
@@ -81,6 +84,7 @@ def point(space: SearchSpace, trial: TrialResult, hardware: str = "h200") -> Poi
         bandwidth=bandwidth,
         decode_tps=decode.median,
         shipped_decode_tps=trial.predicted.get("decode_tps"),
+        current_decode_tps=current.decode_tps,
         prefill_tps=prefill[-1].median if prefill else None,
         bare_prefill_tps=est.prefill_tps,
         extras=extras,

@@ -290,7 +290,7 @@ def point(shape: str, layers: int, gb: float, tps: float) -> pc.Point:
     return pc.Point(
         study=shape, shape=shape, trial=0, label="", n_layers=layers, eager=False,
         bytes_per_token=gb * 1e9, kv_bytes_per_token=0.0, bandwidth=4.8e12, decode_tps=tps,
-        shipped_decode_tps=None, prefill_tps=None, bare_prefill_tps=None, extras={},
+        shipped_decode_tps=None, current_decode_tps=None, prefill_tps=None, bare_prefill_tps=None, extras={},
     )
 
 
@@ -324,3 +324,43 @@ def test_a_trial_point_counts_active_weights_and_kv_bytes():
     assert p.bytes_per_token == pytest.approx(3.042e9 * 2 + kv * 384, rel=1e-3)  # short-prompt mean context
     assert p.roofline_fraction == pytest.approx(242.0 * p.bytes_per_token / 4.8e12)
     assert pc.context_bytes_per_token(p, 16384, 256) == pytest.approx(p.bytes_per_token + kv * (16384 - 256))
+
+
+# ---------------------------------------------------------------- planner: online fp8 keeps 16-bit embeddings
+
+
+@pytest.mark.parametrize(
+    ("shape", "quant", "measured_gib"),
+    [
+        # vLLM 0.26.0 on the H200 (docs/measurements.md, 2026-12-01): "Model loading took N GiB"
+        ("qwen3-30b-a3b", None, 56.88),
+        ("qwen3-30b-a3b", "fp8", 29.06),
+        ("minimax-m2-12l", None, 84.34),
+        ("minimax-m2-12l", "fp8", 43.38),
+    ],
+)
+def test_planner_weights_match_what_vllm_loaded(shape, quant, measured_gib):
+    # online fp8 quantizes the linear layers; the embedding and the LM head stay bf16
+    space = load_space(SPACES[shape])
+    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(shape_dir(shape))})})
+    from autotune.hardware import get_profile
+    from autotune.planner import estimate
+
+    candidate = baseline(space).model_copy(update={"params": {**baseline(space).params, "quantization": quant}})
+    est = estimate(space, candidate, get_profile("h200"), 1)
+    assert est.weights_gb == pytest.approx(measured_gib * 1.073741824, rel=0.01)
+
+
+def test_planner_decode_reads_the_bf16_lm_head_under_online_fp8():
+    space = load_space("vllm-qwen3-30b-a3b-dummy")
+    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(shape_dir("qwen3-30b-a3b"))})})
+    fp8 = baseline(space).model_copy(update={"params": {**baseline(space).params, "quantization": "fp8"}})
+    trial = TrialResult(
+        study="s", number=1, candidate=fp8, status="ok",
+        measurements=[Measurement.of("decode_tps.prose", "tok/s", "c", [232.0, 233.0])],
+    )
+    p = pc.point(space, trial)
+    head = 151936 * 2048
+    kv = 2 * 48 * 4 * 128 * 2 * 384
+    # 2.73B quantized active params at 1 byte + the 0.31B-param LM head at 2 bytes + KV
+    assert p.bytes_per_token == pytest.approx((3.042e9 - head) * 1 + head * 2 + kv, rel=0.01)

@@ -93,7 +93,11 @@ def main() -> int:
     print()
     print("## Planner decode error (predicted / measured - 1, c1)")
     shipped = [(p, p.shipped_decode_tps / p.decode_tps - 1) for p in points if p.shipped_decode_tps]
-    rows: list[tuple[str, list[tuple[pc.Point, float]]]] = [("shipped (not fitted on these points)", shipped)]
+    current = [(p, p.current_decode_tps / p.decode_tps - 1) for p in points if p.current_decode_tps]
+    rows: list[tuple[str, list[tuple[pc.Point, float]]]] = [
+        ("shipped, stored with the trial (not fitted on these points)", shipped),
+        ("this checkout's planner, h200 profile (not fitted on these points)", current),
+    ]
     shapes = sorted({p.shape for p in points})
     for fitter_name, fitter in (("planner form", pc.fit_planner_form), ("per-layer", pc.fit_per_layer)):
         for shape in shapes:
