@@ -10,7 +10,7 @@ from importlib import import_module
 from pathlib import Path
 
 from autotune.errors import EngineUnavailable, ModelNotFound
-from autotune.model_shapes import is_shape_dir, materialize
+from autotune.model_shapes import SHAPES_DIR, is_shape_dir, materialize
 from autotune.models import ModelSpec
 
 
@@ -23,6 +23,9 @@ def resolve_model(spec: ModelSpec, override: str | None = None) -> ModelSpec:
     path = override or spec.path
     if path:
         resolved = Path(path).expanduser()
+        shipped = SHAPES_DIR.parent / path  # a shipped shape dir named relative to the project root
+        if not resolved.exists() and not resolved.is_absolute() and is_shape_dir(shipped):
+            resolved = shipped
         if not resolved.exists():
             raise ModelNotFound(f"model file {resolved} does not exist (model {spec.name!r})")
         if is_shape_dir(resolved):  # config only: add the generated tokenizer (dummy weights)

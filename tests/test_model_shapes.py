@@ -130,6 +130,13 @@ def test_resolve_model_turns_a_shape_dir_into_a_servable_dir(tmp_path, monkeypat
     assert path.parent == tmp_path / "model-shapes" and (path / "tokenizer.json").is_file()
 
 
+def test_a_shipped_shape_path_resolves_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    space = load_space("vllm-minimax-m2-12l-dummy")  # model.path: model_shapes/minimax-m2-12l
+    assert (Path(resolve_model(space.model).path) / "tokenizer.json").is_file()
+
+
 def test_special_ids_outside_the_vocabulary_are_refused():
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         ms.build_tokenizer(1000, {"<|eos|>": 1000})
