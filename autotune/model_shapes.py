@@ -23,7 +23,7 @@ from autotune.yaml_files import load_yaml_model
 
 SHAPES_DIR = Path(__file__).resolve().parent.parent / "model_shapes"
 MARKER = "shape.yaml"
-TOKENIZER_FORMAT = 1  # bump when the generated tokenizer changes: the cache key includes it
+TOKENIZER_FORMAT = 2  # bump when the generated tokenizer changes: the cache key includes it
 TRAINED_VOCAB = 4096  # merges learned from the bench's prompt text; the rest is filler
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -112,22 +112,27 @@ def _corpus() -> list[str]:
     return texts
 
 
-def _ids(value: object) -> list[int]:
-    if isinstance(value, int):
-        return [value]
+def _first_id(value: object) -> int | None:
+    """A config's token id field: an int or a list of them (the first counts)."""
     if isinstance(value, list):
-        return [v for v in value if isinstance(v, int)]
-    return []
+        value = next((v for v in value if isinstance(v, int)), None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def special_ids(cfg: dict) -> dict[str, int]:
-    """Special token name -> id, from the config's bos/eos/pad ids (first of each list)."""
+    """Special token name -> id, from the config's bos/eos/pad ids; a role whose id another role
+    already holds shares that token."""
     out: dict[str, int] = {}
-    for role in ("bos", "eos", "pad"):
-        ids = _ids(cfg.get(f"{role}_token_id"))
-        if ids:
-            out[f"<|{role}|>"] = ids[0]
+    for role in ("eos", "bos", "pad"):
+        i = _first_id(cfg.get(f"{role}_token_id"))
+        if i is not None and i not in out.values():
+            out[f"<|{role}|>"] = i
     return out
+
+
+def _token_at(specials: dict[str, int], value: object) -> str | None:
+    i = _first_id(value)
+    return next((t for t, j in specials.items() if j == i), None)
 
 
 def build_tokenizer(vocab_size: int, specials: dict[str, int]):
@@ -152,7 +157,8 @@ def build_tokenizer(vocab_size: int, specials: dict[str, int]):
     trained = sorted(model["vocab"].items(), key=lambda kv: kv[1])
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     vocab: dict[str, int] = dict(specials)
-    free = (i for i in range(vocab_size) if i not in set(specials.values()))
+    taken = set(specials.values())
+    free = (i for i in range(vocab_size) if i not in taken)
     for token, _ in trained:
         vocab[token] = next(free)
     for i in free:
@@ -181,10 +187,9 @@ def materialize(shape_dir: Path, cache: Path) -> Path:
     (partial / "config.json").write_text(cfg_text)
     specials = special_ids(cfg)
     build_tokenizer(vocab_size, specials).save(str(partial / "tokenizer.json"))
-    by_id = {i: t for t, i in specials.items()}
-    eos = by_id.get(_ids(cfg.get("eos_token_id"))[0]) if _ids(cfg.get("eos_token_id")) else None
-    bos = by_id.get(_ids(cfg.get("bos_token_id"))[0]) if _ids(cfg.get("bos_token_id")) else None
-    pad = by_id.get(_ids(cfg.get("pad_token_id"))[0]) if _ids(cfg.get("pad_token_id")) else None
+    eos = _token_at(specials, cfg.get("eos_token_id"))
+    bos = _token_at(specials, cfg.get("bos_token_id"))
+    pad = _token_at(specials, cfg.get("pad_token_id"))
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": bos,

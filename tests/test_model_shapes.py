@@ -137,6 +137,12 @@ def test_a_shipped_shape_path_resolves_from_any_working_directory(tmp_path, monk
     assert (Path(resolve_model(space.model).path) / "tokenizer.json").is_file()
 
 
+def test_roles_sharing_one_id_share_one_special_token():
+    assert ms.special_ids({"eos_token_id": [7, 8], "pad_token_id": 7, "bos_token_id": 3}) == {"<|eos|>": 7, "<|bos|>": 3}
+    tok = ms.build_tokenizer(1000, ms.special_ids({"eos_token_id": 7, "pad_token_id": 7}))
+    assert tok.get_vocab_size(with_added_tokens=True) == 1000
+
+
 def test_special_ids_outside_the_vocabulary_are_refused():
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         ms.build_tokenizer(1000, {"<|eos|>": 1000})
