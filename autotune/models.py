@@ -172,6 +172,14 @@ class Workload(Strict):
     prefill_tokens: list[int] = [512]
     prefill_repeats: int = Field(2, ge=1)
     concurrency: list[int] = [1]
+    fixed_length: bool = Field(
+        False,
+        description="every decode request sets ignore_eos and min_tokens, so it decodes exactly "
+        "decode_max_tokens (random-weight models may stop at any token)",
+    )
+    decode_context_tokens: list[int] = Field(
+        default_factory=list, description="decode one stream after a cold prompt of this many tokens"
+    )
     request_timeout_s: float = 180.0
     startup_timeout_s: float = 180.0
     tolerated_error_rate: float = Field(
@@ -791,7 +799,7 @@ class RecipeVerdict(Record):
 
     status: Literal["winner", "no winner", "not confirmed", "baseline"]
     summary: str
-    accuracy: Literal["pass", "unchecked", "fail"]
+    accuracy: Literal["pass", "unchecked", "fail", "not applicable"]
     launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine")
     confirmation: Confirmation | None = None
 

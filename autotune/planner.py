@@ -192,6 +192,8 @@ class ModelFacts:
     experts_per_tok: int | None = None
     kv_lora_rank: int | None = None  # MLA: one latent per token and layer
     qk_rope_head_dim: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = False
     sliding_layers: int = 0
     sliding_window: int | None = None
     dtype_bits: float | None = None
@@ -233,6 +235,8 @@ def _facts_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         "kv_lora_rank": c.get("kv_lora_rank"),
         "qk_rope_head_dim": c.get("qk_rope_head_dim"),
         "context_max": c.get("max_position_embeddings"),
+        "vocab_size": c.get("vocab_size"),
+        "tie_word_embeddings": c.get("tie_word_embeddings"),
     }
     if out["head_dim"] is None and out["hidden_size"] and out["n_heads"]:
         out["head_dim"] = out["hidden_size"] // out["n_heads"]
@@ -326,30 +330,47 @@ class _Params:
         return float(value)
 
 
-def _weight_bytes(facts: ModelFacts, quant: str | None, notes: _Notes) -> float | None:
-    """All weights of the model in memory, in bytes."""
+def _embedding_params(facts: ModelFacts) -> tuple[float, float]:
+    """(embedding + LM head params, LM head params read per token); 0s when config.json does not say."""
+    if not (facts.vocab_size and facts.hidden_size):
+        return 0.0, 0.0
+    table = float(facts.vocab_size * facts.hidden_size)
+    return (table if facts.tie_word_embeddings else 2 * table), table
+
+
+def _weight_bytes(facts: ModelFacts, quant: str | None, notes: _Notes) -> tuple[float | None, float]:
+    """All weights of the model in memory, in bytes, and the params that stay 16-bit in them."""
     params = facts.params_total_b * 1e9 if facts.params_total_b else None
     same_as_checkpoint = quant is None or quant == facts.checkpoint_quant or quant in CHECKPOINT_FORMATS
     if same_as_checkpoint and facts.checkpoint_bytes:
         notes.assume(f"weights: {facts.checkpoint_bytes / GB:.1f} GB from {facts.sources['checkpoint_bytes']}")
-        return float(facts.checkpoint_bytes)
+        return float(facts.checkpoint_bytes), 0.0
+    kept = 0.0
     if quant in QUANT_BITS and not (quant == facts.checkpoint_quant and facts.weight_bits):
         bits, how = QUANT_BITS[quant], f"--quantization {quant} = {QUANT_BITS[quant]} bits/weight"
+        # online quantization of a 16-bit checkpoint: vLLM quantizes the linear layers only, the
+        # embedding and LM head keep 16 bits (measured: docs/measurements.md, 2026-12-01)
+        if facts.checkpoint_quant is None and (facts.weight_bits or facts.dtype_bits or 16) == 16:
+            kept = _embedding_params(facts)[0]
     elif facts.weight_bits:
         bits, how = facts.weight_bits, f"checkpoint {facts.weight_bits} bits/weight (space)"
     elif quant is None and facts.dtype_bits:
         bits, how = facts.dtype_bits, f"unquantized {facts.dtype_bits:g}-bit checkpoint (config.json)"
     else:
         notes.missing("weights", f"no bits per weight for quantization={quant!r} and no checkpoint size")
-        return None
+        return None, 0.0
     if params is None and facts.checkpoint_bytes and facts.dtype_bits and not facts.checkpoint_quant:
         params = facts.checkpoint_bytes * 8 / facts.dtype_bits
         notes.assume(f"params = checkpoint size / {facts.dtype_bits:g}-bit dtype = {params / 1e9:.2f}B")
     if params is None:
         notes.missing("weights", "params_total_b not given")
-        return None
+        return None, 0.0
+    if kept:
+        notes.assume(f"weights: {params / 1e9:g}B params x {how}, but embedding + LM head "
+                     f"({kept / 1e9:.2f}B) at 16 bits")
+        return (params - kept) * bits / 8 + kept * 2, kept
     notes.assume(f"weights: {params / 1e9:g}B params x {how}, applied to every parameter")
-    return params * bits / 8
+    return params * bits / 8, 0.0
 
 
 def _active_fraction(facts: ModelFacts, notes: _Notes) -> float | None:
@@ -569,6 +590,7 @@ class _Case:
 @dataclass(frozen=True)
 class _Memory:
     weights: float | None  # whole model, bytes
+    kept16: float  # params of `weights` that stay 16-bit under online quantization (embedding, LM head)
     weights_gpu_gb: float | None
     shape: _KvShape | None
     context: int | None
@@ -583,7 +605,7 @@ class _Memory:
 def _memory(case: _Case) -> _Memory:
     engine, params, model, hardware, notes = case.engine, case.params, case.model, case.hardware, case.notes
     tp, pp = case.tp, case.pp
-    weights = _weight_bytes(model, _str(params.get("quantization")), notes)
+    weights, kept16 = _weight_bytes(model, _str(params.get("quantization")), notes)
     weights_gpu_gb = weights / (tp * pp) / GB if weights is not None else None
     elem = _kv_element_bytes(engine, params, model, notes)
     shape = _kv_shape(model, elem, tp, notes) if elem is not None else None
@@ -602,7 +624,7 @@ def _memory(case: _Case) -> _Memory:
             pool_gb = budget - weights_gpu_gb - overhead
             pool_tokens = max(int(pool_gb * GB / per_token_gpu), 0) if per_token_gpu else None
     return _Memory(
-        weights=weights, weights_gpu_gb=weights_gpu_gb, shape=shape, context=context, kv_gpu_gb=kv_gpu_gb,
+        weights=weights, kept16=kept16, weights_gpu_gb=weights_gpu_gb, shape=shape, context=context, kv_gpu_gb=kv_gpu_gb,
         overhead_gb=overhead, total_gb=total, usable_gb=hardware.memory_gb_per_gpu - hardware.os_reserve_gb,
         budget_gb=budget, pool_tokens=pool_tokens,
     )
@@ -641,6 +663,13 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
         return None, None
     share = _expert_share(model)
     read_weights = mem.weights * fraction * ((1 - share) + share * expert_factor) / tp
+    if mem.kept16 and model.params_total_b:
+        # the 16-bit LM head is read whole every step; the rest at the quantized bits
+        head = _embedding_params(model)[1]
+        active = (model.params_active_b or model.params_total_b) * 1e9
+        body_fraction = min(1.0, (active - head) / (model.params_total_b * 1e9 - mem.kept16))
+        body = (mem.weights - mem.kept16 * 2) * body_fraction
+        read_weights = (body * ((1 - share) + share * expert_factor) + head * 2) / tp
     mean_ctx = DECODE_PROMPT_TOKENS + case.space.workload.decode_max_tokens // 2
     mean_ctx = min(mean_ctx, mem.context) if mem.context else mean_ctx
     if mem.shape is not None:

@@ -16,6 +16,7 @@ import yaml
 
 from autotune import __version__
 from autotune.errors import ConfigError
+from autotune.model_shapes import DUMMY_ACCURACY, dummy_weights
 from autotune.models import (
     Candidate,
     LaunchSpec,
@@ -108,7 +109,7 @@ def recipe_from_trial(
         launch=portable_launch(trial.launch),
         selected=trial.selected,
         numbers=_numbers(trial),
-        accuracy=_accuracy(trial, baseline, accuracy_on),
+        accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
         verdict=verdict,
         provenance=Provenance(

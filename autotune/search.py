@@ -47,6 +47,7 @@ from autotune.space import (
     probes_check,
     rules_check,
 )
+from autotune.model_shapes import dummy_weights
 from autotune.score import accuracy_status
 from autotune.store import Store
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
@@ -385,9 +386,11 @@ class Export(BaseModel):
     warnings: list[str] = []
 
 
-def recipe_verdict(outcome: StudyOutcome, chosen: TrialResult) -> RecipeVerdict:
+def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResult) -> RecipeVerdict:
     """Whether the exported trial is a confirmed winner, and on what evidence."""
     accuracy = accuracy_status(chosen) if outcome.accuracy else "unchecked"
+    if dummy_weights(space):
+        accuracy = "not applicable"
     base = outcome.baseline
     confirmation = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == chosen.number else None
     if base is not None and chosen.candidate.key() == base.candidate.key():
@@ -410,7 +413,7 @@ def export_warnings(verdict: RecipeVerdict) -> list[str]:
     out = []
     if verdict.status in ("no winner", "not confirmed"):
         out.append(f"this recipe is not a confirmed winner ({verdict.status}): {verdict.summary}")
-    if verdict.accuracy != "pass":
+    if verdict.accuracy not in ("pass", "not applicable"):
         out.append(f"accuracy {verdict.accuracy}: the recipe's gates did not all pass with evidence")
     return out
 
@@ -431,7 +434,7 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
             raise ConfigError(f"study {name!r} has no trial {trial_number}")
         if chosen.status != "ok":
             raise ConfigError(f"trial {trial_number} did not run ({chosen.status}: {chosen.reason}); nothing to export")
-    verdict = recipe_verdict(result, chosen)
+    verdict = recipe_verdict(space, result, chosen)
     recipe = recipe_from_trial(
         space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path), verdict=verdict,
         accuracy_on=result.accuracy,

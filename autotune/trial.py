@@ -126,6 +126,11 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
             out.measurements += await throughput.measure_prefill(
                 client, workload, throughput.filler_prompt_builder(client), ctx_tokens
             )
+        if workload.decode_context_tokens:
+            events("decode after a long prompt")
+            out.measurements += await throughput.measure_long_decode(
+                client, workload, throughput.filler_prompt_builder(client), ctx_tokens
+            )
         if any(c > 1 for c in workload.concurrency):
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(client, workload)

@@ -53,13 +53,32 @@ class MeasurementFailed(RuntimeError):
     """A workload's requests failed beyond what the space tolerates: the config does not serve."""
 
 
-def check_errors(what: str, results: list[RequestResult], workload: Workload) -> None:
-    """Raise when more requests failed than `workload.tolerated_error_rate` allows (default: any)."""
-    failed = [r for r in results if not r.ok]
+def check_errors(what: str, results: list[RequestResult], workload: Workload, decode: bool = False) -> None:
+    """Raise when more requests failed than `workload.tolerated_error_rate` allows (default: any).
+    With `decode`, a fixed-length request that came back short counts as failed too."""
+    failed = [r for r in results if not r.ok or (decode and not decoded_fully(r, workload))]
     if failed and len(failed) > workload.tolerated_error_rate * len(results):
-        raise MeasurementFailed(
-            f"{what}: {len(failed)} of {len(results)} requests failed; first error: {_failed_detail(failed)}"
+        first = next((r.error for r in failed if r.error), None) or (
+            f"{failed[0].n_out} of exactly {workload.decode_max_tokens} tokens"
         )
+        raise MeasurementFailed(f"{what}: {len(failed)} of {len(results)} requests failed; first error: {first}")
+
+
+def decode_args(workload: Workload) -> dict[str, object]:
+    """Extra request fields for decode: fixed-length decoding asks for exactly decode_max_tokens."""
+    if not workload.fixed_length:
+        return {}
+    return {"ignore_eos": True, "min_tokens": workload.decode_max_tokens}
+
+
+def length_condition(workload: Workload) -> str:
+    n = workload.decode_max_tokens
+    return f"exactly {n} output tokens (ignore_eos, min_tokens)" if workload.fixed_length else f"up to {n} output tokens"
+
+
+def decoded_fully(result: RequestResult, workload: Workload) -> bool:
+    """A fixed-length request that came back shorter did not do what was measured: it counts as failed."""
+    return not workload.fixed_length or result.n_out == workload.decode_max_tokens
 
 
 async def warm_up(client: ChatClient, workload: Workload) -> None:
@@ -80,9 +99,11 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
     for _ in range(workload.repeats):
         rates: list[float] = []
         for prompt in prompts:
-            result = await client.chat(user(prompt.prompt), max_tokens=workload.decode_max_tokens)
+            result = await client.chat(
+                user(prompt.prompt), max_tokens=workload.decode_max_tokens, **decode_args(workload)
+            )
             results.append(result)
-            if not result.ok or result.decode_tps is None:
+            if not result.ok or result.decode_tps is None or not decoded_fully(result, workload):
                 failed += 1
                 continue
             rates.append(result.decode_tps)
@@ -92,10 +113,10 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
                 chunk_ratio.append((result.n_out - 1) / (result.n_chunks - 1))
         if rates:
             per_pass.append(geomean(rates))
-    check_errors(f"{set_name} decode", results, workload)
+    check_errors(f"{set_name} decode", results, workload, decode=True)
     if not per_pass:
         raise MeasurementFailed(f"{set_name} decode: {_failed_detail(results)}")
-    setting = f"1 stream, {set_name} prompts ({len(prompts)}), up to {workload.decode_max_tokens} output tokens, greedy"
+    setting = f"1 stream, {set_name} prompts ({len(prompts)}), {length_condition(workload)}, greedy"
     per_request = f"{setting}; median over {len(ttfts)} requests"
     out = [
         Measurement.of(
@@ -197,9 +218,11 @@ async def measure_concurrency(client: ChatClient, workload: Workload) -> list[Me
         if level <= 1:
             continue
         batch = [user(prompts[i % len(prompts)].prompt) for i in range(level)]
-        results = await asyncio.gather(*(client.chat(m, max_tokens=workload.decode_max_tokens) for m in batch))
-        check_errors(f"concurrency {level}", list(results), workload)
-        ok = [r for r in results if r.ok and r.t_last is not None and r.n_out]
+        results = await asyncio.gather(
+            *(client.chat(m, max_tokens=workload.decode_max_tokens, **decode_args(workload)) for m in batch)
+        )
+        check_errors(f"concurrency {level}", list(results), workload, decode=True)
+        ok = [r for r in results if r.ok and r.t_last is not None and r.n_out and decoded_fully(r, workload)]
         if not ok:
             continue
         span = max(r.t_last for r in ok if r.t_last) - min(r.t_send for r in ok)
@@ -208,12 +231,49 @@ async def measure_concurrency(client: ChatClient, workload: Workload) -> list[Me
             Measurement.of(
                 f"output_tps.c{level}",
                 "tok/s",
-                f"aggregate output tok/s, {level} concurrent prose requests, up to "
-                f"{workload.decode_max_tokens} tokens each; one wave",
+                f"aggregate output tok/s, {level} concurrent prose requests, "
+                f"{length_condition(workload)} each; one wave",
                 [total / span],
                 failed=len(results) - len(ok),
             )
         )
+    return out
+
+
+async def measure_long_decode(
+    client: ChatClient, workload: Workload, build_prompt: PromptBuilder, context_tokens: int
+) -> list[Measurement]:
+    """One stream decoding after a long cold prompt: decode tok/s (every step reads the whole KV
+    cache, so the KV dtype shows) and the TTFT of that prompt, `prefill_repeats` times per length."""
+    out: list[Measurement] = []
+    for depth in workload.decode_context_tokens:
+        if depth + workload.decode_max_tokens + 64 > context_tokens:
+            continue
+        rates: list[float] = []
+        ttfts: list[float] = []
+        n_in_seen: list[int] = []
+        results: list[RequestResult] = []
+        for _ in range(workload.prefill_repeats):
+            text = await build_prompt(depth, uuid.uuid4().hex)
+            result = await client.chat(user(text), max_tokens=workload.decode_max_tokens, **decode_args(workload))
+            results.append(result)
+            if not result.ok or result.decode_tps is None or not decoded_fully(result, workload):
+                continue
+            rates.append(result.decode_tps)
+            ttfts.append(result.ttft_ms or 0.0)
+            n_in_seen.append(result.n_in or 0)
+        failed = len(results) - len(rates)
+        check_errors(f"decode after {depth} prompt tokens", results, workload, decode=True)
+        if not rates:
+            raise MeasurementFailed(f"decode after {depth} prompt tokens: {_failed_detail(results)}")
+        setting = (
+            f"1 stream after a cold ~{statistics.median(n_in_seen):.0f}-token prompt (unique salt first), "
+            f"{length_condition(workload)}, greedy; median of {len(rates)}"
+        )
+        out += [
+            Measurement.of(f"ctx_decode_tps.{depth}", "tok/s", f"decode tok/s, {setting}", rates, failed),
+            Measurement.of(f"ctx_ttft_ms.{depth}", "ms", f"TTFT (prefill of the prompt), {setting}", ttfts, failed),
+        ]
     return out
 
 

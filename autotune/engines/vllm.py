@@ -23,6 +23,7 @@ from typing import ClassVar
 from autotune.engines.base import Engine
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
+from autotune.model_shapes import dummy_weights
 from autotune.models import (
     Candidate,
     LaunchSpec,
@@ -155,6 +156,7 @@ class VllmEngine(Engine):
     def validate_space(self, space: SearchSpace) -> None:
         """Knob names (base class), then: every value of every knob renders, no removed env var is set."""
         super().validate_space(space)
+        check_dummy_space(space)
         checked_env(space.env)
         for knob in space.knobs:
             if knob.kind == "env":
@@ -177,6 +179,26 @@ class VllmEngine(Engine):
             names.get(key, key.replace("num_accepted_tokens_pos", "accepted_pos")): value
             for key, value in parse_spec_metrics(metrics_text).items()
         }
+
+
+# ---------------------------------------------------------------------- dummy weights
+
+
+def check_dummy_space(space: SearchSpace) -> None:
+    """Random weights emit random tokens: a dummy space decodes fixed lengths, checks no accuracy,
+    and has no speculative decoding (acceptance on random text says nothing about real text)."""
+    if not dummy_weights(space):
+        return
+    where = f"search space {space.name!r} (load_format dummy)"
+    if space.fixed.get("load_format") != "dummy":
+        raise ConfigError(f"{where}: put load_format: dummy in `fixed`; a study cannot mix dummy and real weights")
+    if space.gates.needle is not None or space.gates.qeval is not None:
+        raise ConfigError(f"{where}: random weights cannot pass accuracy gates; set gates: {{needle: null, qeval: null}}")
+    if not space.workload.fixed_length:
+        raise ConfigError(f"{where}: set workload.fixed_length: true (a random model may stop at any token)")
+    drafts = [v for k in space.knobs if k.name == "draft_k" for v in k.values if v not in (None, 0)]
+    if drafts or space.fixed.get("draft_k") not in (None, 0):
+        raise ConfigError(f"{where}: leave draft_k out; draft acceptance on random text says nothing about real text")
 
 
 # ---------------------------------------------------------------------- argv pieces

@@ -6,6 +6,8 @@ the real vLLM 0.26.0, and `serve MODEL ...` with a small OpenAI-compatible HTTP 
 chat and completions (words at a fixed pace; two tokens per chunk when a speculative config is
 given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
 lines in vLLM's wording. `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
+With `--load-format dummy` a reply stops after 7 tokens unless the request sets `ignore_eos`
+(random weights sample an end-of-sequence token early).
 It is not vLLM: nothing is computed, and the numbers it yields mean nothing.
 """
 
@@ -29,6 +31,7 @@ p.add_argument("cmd"); p.add_argument("model")
 p.add_argument("--port", type=int); p.add_argument("--host"); p.add_argument("--served-model-name")
 p.add_argument("--kv-cache-dtype", default="auto"); p.add_argument("--attention-backend")
 p.add_argument("--speculative-config"); p.add_argument("--enforce-eager", action="store_true")
+p.add_argument("--load-format", default="auto")
 args, _ = p.parse_known_args()
 print(f"INFO [core.py:90] Initializing a V1 LLM engine (v0.26.0) with config: model={{args.model!r}}, "
       f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}", flush=True)
@@ -85,7 +88,11 @@ class H(BaseHTTPRequestHandler):
             self.reply(200, json.dumps({{"count": n, "tokens": list(range(n)), "max_model_len": 4096}}))
             return
         prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
-        words = answer(prompt) or [WORDS[i % len(WORDS)] for i in range(body["max_tokens"])]
+        n = body["max_tokens"]
+        if args.load_format == "dummy" and not body.get("ignore_eos"):
+            # random weights hit an end-of-sequence token early, unless told to ignore it
+            n = min(n, max(body.get("min_tokens") or 0, 7))
+        words = answer(prompt) or [WORDS[i % len(WORDS)] for i in range(n)]
         self.send_response(200); self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked"); self.end_headers()
 

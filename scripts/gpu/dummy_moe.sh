@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The dummy-weight MoE test bed on a lent H200 machine (issue 11), in stages that each fit one
+# 10-minute call, run back to back (the machine is given back 30 s after a call). Run from the
+# project root with the vLLM bundle carried to /tmp/gpu-bundle (../shared/gpu/README.md).
+# Results go to $OUT; runs.db, logs and the compile caches persist in /tmp between stages.
+#   bash scripts/gpu/dummy_moe.sh qwen     # install the bundle; Qwen3-30B-A3B shape: baseline (cold start)
+#   bash scripts/gpu/dummy_moe.sh qwen2    # the same study resumed: fp8 weights, fp8 KV, Marlin MoE, eager
+#   bash scripts/gpu/dummy_moe.sh minimax  # MiniMax-M2 shape (12 layers): baseline + tries
+#   bash scripts/gpu/dummy_moe.sh aa       # MiniMax baseline relaunched (launch-to-launch noise)
+#   bash scripts/gpu/dummy_moe.sh gptoss   # gpt-oss-20b shape (bf16): baseline + tries
+#   bash scripts/gpu/dummy_moe.sh report   # show + export of every study
+# Then, on any machine: python3 scripts/gpu/dummy_report.py --db runs.db (table + planner held-out error)
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+W=/tmp/autotune; DB=$W/runs.db
+export AUTOTUNE_CACHE=$W/cache   # the generated shape directories (config + tokenizer)
+mkdir -p "$W/logs"
+at="python3 -m autotune"
+save() {
+  cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null
+  COLUMNS=220 $at show --db "$DB" > "$OUT/show.txt" 2>&1
+}
+install() {  # the parts hold stage/install-on-device: join them first (only once)
+  (cd /tmp/gpu-bundle && { [[ -d stage ]] || cat part* | tar x; } && bash stage/install-on-device) \
+    > "$OUT/install.txt" 2>&1 || { cat "$OUT/install.txt"; exit 1; }
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+}
+study() {  # study SPACE SECONDS MINUTES [--try ...]
+  local space=$1 secs=$2 mins=$3; shift 3
+  timeout "$secs" $at search --space "$space" --db "$DB" --logs "$W/logs" --confirm-rounds 0 \
+    --trials 6 --time-budget "$mins" "$@" > "$OUT/$space.txt" 2>&1
+  echo "search exit $?" >> "$OUT/$space.txt"
+}
+case "${1:-}" in
+# Measured 2026-12-01 (docs/measurements.md): a first start on a fresh machine took 284 s (Qwen3
+# shape, torch.compile + graph capture cold), later ones 188-193 s for it and 73-121 s for the
+# MiniMax shape; a trial is start + ~20 s of measuring. --time-budget starts no trial that would
+# not fit; `timeout` stays as the safety net under the 600 s call.
+qwen)      # fresh machine: the baseline alone (~300 s of first start and compile)
+  install
+  study vllm-qwen3-30b-a3b-dummy 540 8.5 --try quantization=fp8
+  save ;;
+qwen2)     # same study, resumed: the next tries (~210 s each)
+  install
+  study vllm-qwen3-30b-a3b-dummy 570 9.4 \
+    --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8 --try quantization=fp8,moe_backend=marlin \
+    --try quantization=fp8,enforce_eager=true
+  save ;;
+minimax)   # baseline + tries (~110-130 s each once the machine is warm)
+  install
+  study vllm-minimax-m2-12l-dummy 560 9 \
+    --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8 --try kv_cache_dtype=fp8 \
+    --try quantization=fp8,moe_backend=marlin
+  save ;;
+aa)        # the MiniMax baseline launched again in a study of its own: launch-to-launch noise
+  install
+  timeout 200 $at search --space vllm-minimax-m2-12l-dummy --study minimax-aa-relaunch --db "$DB" \
+    --logs "$W/logs" --confirm-rounds 0 --trials 1 > "$OUT/minimax-aa.txt" 2>&1
+  save ;;
+gptoss)
+  install
+  study vllm-gpt-oss-20b-dummy 560 9 --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8
+  save ;;
+report)
+  save
+  for s in $(python3 -c "import sqlite_utils; print(' '.join(r['name'] for r in sqlite_utils.Database('$DB')['tuning_studies'].rows))"); do
+    $at export --db "$DB" --study "$s" -o "$OUT/recipe-$s.yaml" > /dev/null 2>> "$OUT/show.txt"
+  done ;;
+*) echo "usage: $0 qwen|qwen2|minimax|aa|gptoss|report" >&2; exit 2 ;;
+esac

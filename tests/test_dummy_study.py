@@ -1,0 +1,89 @@
+"""A dummy-weight study end to end against the FAKE vLLM (tests/fakes/vllm_site.py): the shipped
+MiniMax-M2 shape directory becomes a servable directory with a generated tokenizer, the launch
+carries --load-format dummy, every decode is fixed-length, no accuracy gate runs, and the recipe
+says accuracy does not apply. The fake computes nothing: its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.vllm_site import write_fake_vllm
+
+from autotune.cli import main
+from autotune.engines import vllm as vllm_engine
+from autotune.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPACE = """
+name: fake-dummy
+engine: vllm
+model: {{name: minimax-m2-12l-dummy, path: {shape}, params_total_b: 45.254, params_active_b: 2.511, weight_bits: 16,
+        n_layers: 12, n_kv_heads: 8, head_dim: 128, hidden_size: 3072}}
+fixed: {{load_format: dummy, max_model_len: 4096, gpu_memory_utilization: 0.9}}
+knobs:
+  - {{name: quantization, values: [null, fp8], default: null}}
+workload:
+  decode_max_tokens: 32
+  fixed_length: {fixed}
+  prompt_sets: [prose]
+  prompts_per_set: 1
+  repeats: 2
+  prefill_tokens: [300]
+  prefill_repeats: 2
+  decode_context_tokens: [300]
+  concurrency: [1, 4]
+  startup_timeout_s: 60
+objective: {{metric: decode_tps_prose}}
+gates: {{needle: null, qeval: null}}
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    site = write_fake_vllm(tmp_path / "fake_site")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
+
+    def space(fixed: bool = True) -> Path:
+        path = tmp_path / f"space-{fixed}.yaml"
+        path.write_text(SPACE.format(shape=ROOT / "model_shapes" / "minimax-m2-12l", fixed=str(fixed).lower()))
+        return path
+
+    return space
+
+
+def test_dummy_study_decodes_fixed_lengths_and_its_recipe_says_accuracy_does_not_apply(fake, tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(fake()), "--db", str(db), "--hardware", "h200", "--trials", "2",
+            "--confirm-rounds", "0", "--study", "d"]
+    assert main(args) == 0, capsys.readouterr().out
+    trials = Store(db).trials("d")
+    assert [t.status for t in trials] == ["ok", "ok"]
+    for t in trials:
+        argv = t.launch.server.argv
+        assert argv[argv.index("--load-format") + 1] == "dummy"
+        assert (Path(argv[4]) / "tokenizer.json").is_file() and Path(argv[4]).parent == tmp_path / "cache" / "model-shapes"
+        assert t.needle is None and t.qeval is None and t.gates == []
+        for name in ("decode_tps.prose", "output_tps.c4", "ctx_decode_tps.300"):
+            m = t.measurement(name)
+            assert m is not None and m.failed_requests == 0 and "exactly 32 output tokens" in m.condition
+        assert t.measurement("ctx_ttft_ms.300") is not None
+    out = tmp_path / "r.yaml"
+    assert main(["export", "--db", str(db), "--study", "d", "-o", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["accuracy"] == ["not applicable (dummy weights)"]
+
+
+def test_a_dummy_space_without_fixed_length_is_refused_before_launching(fake, tmp_path, capsys):
+    args = ["search", "--space", str(fake(fixed=False)), "--db", str(tmp_path / "runs.db"), "--hardware", "h200",
+            "--trials", "1", "--confirm-rounds", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "set workload.fixed_length: true" in err
