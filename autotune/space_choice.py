@@ -30,7 +30,11 @@ class SpaceChoice(BaseModel):
 
 
 def shipped_spaces() -> list[SearchSpace]:
-    return [load_space(name) for name in available_spaces()]
+    """The shipped spaces a user's tuning can start from; dummy-weight test beds are not among them
+    (random weights measure the hardware, they make no recipe for a model)."""
+    from autotune.model_shapes import dummy_weights
+
+    return [s for s in (load_space(name) for name in available_spaces()) if not dummy_weights(s)]
 
 
 def made_for(space: SearchSpace) -> str:
