@@ -84,8 +84,12 @@ def search(
             help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits",
         ),
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="if another autotune process runs this study, wait for it to finish")
+    ] = False,
 ) -> None:
-    """Tune a search space: baseline first, then Optuna trials, pruned before launching."""
+    """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
+    owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
     from autotune import search as search_lib
 
     plan = search_lib.prepare(
@@ -112,6 +116,8 @@ def search(
         confirm_rounds=confirm_rounds,
         time_budget_s=None if time_budget is None else time_budget * 60.0,
         reporter=report.RichReporter(console),
+        wait_s=float("inf") if wait else None,
+        on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
     )
     report.print_outcome(console, plan, outcome)
 

@@ -4,11 +4,19 @@ Optuna's storage is the same runs.db (RDB storage); the project's own records go
 store.py. A re-run of the same command finds both and resumes. Infeasible candidates are never
 launched: they are told to Optuna as PRUNED and kept with their reason. A candidate already
 measured in the study is never launched again: its stored score is told instead.
+
+Every attempt is accounted for: a launch is recorded in runs.db (`attempts`) before it starts. One
+cut by Ctrl-C / SIGTERM is saved as `interrupted`, one cut by an error of autotune itself as
+`crashed`, and one whose process died without a word (kill -9) is found on resume and saved as
+`crashed`; each is told to Optuna as FAIL with `autotune_status` set, and re-run once on resume.
+A candidate cut twice counts as failed.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import statistics
 import time
 from collections import Counter
@@ -25,10 +33,11 @@ from autotune.launchers.base import free_port
 from autotune.models import Candidate, Confirmation, Scalar, TrialResult
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
-from autotune.store import Store
+from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
+STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
 class Reporter(Protocol):
@@ -109,6 +118,8 @@ def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
 def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
     trials = store.trials(name)
     base = next((t for t in trials if t.number == 0), None)
+    if base is not None and base.status in CUT_STATUSES:  # the baseline's re-run, once it has one
+        base = store.trial_by_candidate(name, base.candidate) or base
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
         name=name,
@@ -120,6 +131,13 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         stopped=stopped,
         confirmation=store.confirmation(name),
     )
+
+
+def _fail_running(study: optuna.Study, frozen: optuna.trial.FrozenTrial, status: str) -> None:
+    """Tell Optuna a RUNNING trial failed, naming why in its user attributes. Works for a trial
+    asked by a process that is gone (a live Trial handle is rebuilt from the stored id)."""
+    optuna.Trial(study, frozen._trial_id).set_user_attr(STATUS_ATTR, status)
+    study.tell(frozen.number, state=TrialState.FAIL)
 
 
 class Tuner:
@@ -176,6 +194,53 @@ class Tuner:
             load_if_exists=True,
         )
 
+    def _launched(self, trials: list[TrialResult]) -> int:
+        """Launches that count toward the study's trials: finished ones, and each candidate cut
+        ATTEMPTS_BEFORE_FAILURE times (its failure); a cut attempt still to be re-run does not."""
+        finished = sum(1 for t in trials if t.status in ("ok", "failed"))
+        cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
+        done = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
+        return finished + sum(1 for key, n in cut.items() if n >= ATTEMPTS_BEFORE_FAILURE and key not in done)
+
+    def _cut(self, study: optuna.Study, number: int, candidate: Candidate, status: str, reason: str) -> None:
+        """Record an attempt that ended without a result: in runs.db, and in Optuna as FAIL."""
+        self.store.save_trial(
+            TrialResult(study=self.ctx.study, number=number, candidate=candidate, status=status, reason=reason)  # type: ignore[arg-type]
+        )
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if frozen.number == number:
+                _fail_running(study, frozen, status)
+
+    def _account_for_cut_attempts(self, study: optuna.Study) -> list[Candidate]:
+        """On resume (this process owns the study, so no other runs it): launches of a process
+        that died mid-trial become `crashed`; Optuna trials left RUNNING become FAIL. Returns the
+        candidates to re-run: cut once, never finished."""
+        for row in self.store.open_attempts(self.ctx.study):
+            prior = self.store.trial(self.ctx.study, row["number"])
+            candidate = prior.candidate if prior else None
+            if candidate is None:
+                match = [c for c in enumerate_candidates(self.ctx.space) if c.key() == row["candidate_key"]]
+                candidate = match[0] if match else None
+            if candidate is None:
+                self.store.end_attempt(self.ctx.study, row["number"])
+                continue
+            self._cut(
+                study, row["number"], candidate, "crashed",
+                f"autotune (PID {row['pid']} on {row['host']}) ended during this trial without a result "
+                "(killed or crashed)",
+            )
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            _fail_running(study, frozen, "crashed")  # asked, never launched: nothing to re-run
+        trials = self.store.trials(self.ctx.study)
+        finished = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
+        cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
+        again: dict[str, Candidate] = {}
+        for t in trials:
+            key = t.candidate.key()
+            if t.status in CUT_STATUSES and key not in finished and cut[key] < ATTEMPTS_BEFORE_FAILURE:
+                again.setdefault(key, t.candidate)
+        return list(again.values())
+
     def _untried_feasible(self) -> list[Candidate]:
         tried = {t.candidate.key() for t in self.store.trials(self.ctx.study)}
         fresh = [c for c in enumerate_candidates(self.ctx.space) if c.key() not in tried]
@@ -199,11 +264,12 @@ class Tuner:
     def run(self) -> StudyOutcome:
         space = self.ctx.space
         study = self._open()
+        rerun = self._account_for_cut_attempts(study)
         existing = self.store.trials(self.ctx.study)
-        launched = sum(1 for t in existing if t.status != "skipped")
+        launched = self._launched(existing)
         remaining = self._untried_feasible()
         if existing:
-            self._enqueue_missing(study, self.first)
+            self._enqueue_missing(study, [*rerun, *self.first])
         else:
             if not remaining and self.pruner.reason(baseline(space)) is not None:
                 raise NoValidCandidate(
@@ -256,12 +322,25 @@ class Tuner:
             launched += 1
             self.reporter.trial_started(trial.number, launched, self.trials, candidate)
             ctx = self.ctx.model_copy(update={"port": free_port()})
+            stage = ["before the engine started"]
+
+            def events(text: str) -> None:
+                stage[0] = f"at: {text}"
+                self.reporter.trial_event(text)
+
+            self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = run_trial(ctx, candidate, trial.number, self.reporter.trial_event)
-            except KeyboardInterrupt:
-                study.tell(trial, state=TrialState.FAIL)  # not measured: a resumed study may try it again
+                result = run_trial(ctx, candidate, trial.number, events)
+            except KeyboardInterrupt:  # not measured: re-run once when the study resumes
+                self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
+                raise
+            except Exception as exc:
+                self._cut(study, trial.number, candidate, "crashed", f"{type(exc).__name__}: {exc} ({stage[0]})")
                 raise
             base = self.store.trial(self.ctx.study, 0) if trial.number != 0 else result
+            if base is not None and base.status in CUT_STATUSES:  # trial 0 was cut: its re-run is the baseline
+                rerun_of_base = candidate.key() == base.candidate.key()
+                base = self.store.trial_by_candidate(self.ctx.study, base.candidate) or (result if rerun_of_base else base)
             predicted = self.predict(candidate) if self.predict else {}
             result = result.model_copy(
                 update={"gates": evaluate_gates(result, base, space.gates), "predicted": predicted}
