@@ -4,7 +4,9 @@ attempts (launches in flight). Optuna keeps its own tables (studies, trials, ...
 through its RDB storage (`optuna_storage()`), hence the distinct names.
 
 Several processes may use one runs.db at once (different studies side by side): every connection
-waits up to BUSY_TIMEOUT_S for another's write instead of failing with "database is locked".
+waits up to BUSY_TIMEOUT_S for another's write instead of failing with "database is locked", and
+every write transaction starts with BEGIN IMMEDIATE. (A deferred transaction that reads first and
+writes second cannot wait: SQLite answers "database is locked" at once to avoid a deadlock.)
 
 Schema changes are an append-only list of migrations (`MIGRATIONS`); never edit an applied one.
 """
@@ -13,6 +15,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,10 +170,30 @@ class Store:
             if not parent.is_dir():
                 raise StoreError(f"cannot create {self.path}: folder {parent} does not exist")
         try:
-            self.db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S))
-            MIGRATIONS.apply(self.db)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE")
+            self.db = sqlite_utils.Database(conn)
+            if not self.db["_sqlite_migrations"].exists() or list(MIGRATIONS.pending(self.db)):
+                with self.atomic():  # two processes opening a new runs.db: one migrates, one waits
+                    MIGRATIONS.apply(self.db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot use {self.path} as runs.db: {exc}") from exc
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction that holds the write lock from its start (BEGIN IMMEDIATE)."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     @property
     def optuna_url(self) -> str:
@@ -177,10 +202,22 @@ class Store:
     def optuna_storage(self):
         """Optuna's RDB storage on this file, waiting for other processes' writes like Store does."""
         import optuna
+        import sqlalchemy.exc
+        from sqlalchemy import event
 
-        return optuna.storages.RDBStorage(
-            self.optuna_url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}}
-        )
+        # the driver opens no transaction of its own (isolation_level None); each one SQLAlchemy
+        # begins is BEGIN IMMEDIATE, so it waits for another process's write instead of failing
+        kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S, "isolation_level": None}}
+        for attempt in range(5):
+            try:
+                storage = optuna.storages.RDBStorage(self.optuna_url, engine_kwargs=kwargs)
+                break
+            except sqlalchemy.exc.SQLAlchemyError:  # another process created Optuna's tables meanwhile
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        event.listen(storage.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        return storage
 
     # ------------------------------------------------------------ hosts and probes
 
@@ -206,7 +243,7 @@ class Store:
             }
             for r in results
         ]
-        with self.db.atomic():
+        with self.atomic():
             self.db["probe_results"].upsert_all(rows, pk=("host_key", "feature"))
 
     def probe_results(self, host_key: str) -> list[ProbeResult]:
@@ -289,7 +326,7 @@ class Store:
             }
             for m in result.measurements
         ]
-        with self.db.atomic():
+        with self.atomic():
             self.db["trial_results"].upsert(row, pk=("study", "number"))
             self.db["measurements"].delete_where("study = ? and trial = ?", [result.study, result.number])
             if measurements:

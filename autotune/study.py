@@ -188,7 +188,7 @@ class Tuner:
         )
         return optuna.create_study(
             study_name=self.ctx.study,
-            storage=self.store.optuna_url,
+            storage=self.store.optuna_storage(),
             direction="maximize",
             sampler=sampler,
             load_if_exists=True,

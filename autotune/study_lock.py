@@ -160,7 +160,7 @@ class StudyLock:
     def release(self) -> None:
         if not self.held:
             return
-        with self.store.db.conn:
+        with self.store.atomic():
             self.store.db.conn.execute(
                 "delete from study_owners where study = ? and host = ? and pid = ?",
                 [self.study, self.me.host, self.me.pid],

@@ -30,7 +30,7 @@ class WatchdogLimits(BaseModel):
     max_swap_growth_gb: float = 4.0
     interval_s: float = 0.1
     #: how far ahead (s) the falling MemAvailable is projected; covers the poll gap and the kill
-    lookahead_s: float = 0.3
+    lookahead_s: float = 0.5
     floor_source: str = "default"
 
 
