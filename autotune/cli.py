@@ -138,6 +138,8 @@ def show(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
     report.print_trials(console, outcome)
+    for attempt in search_lib.open_attempts(store, name):
+        console.print(attempt.describe(), markup=False, highlight=False)
     report.print_best(console, outcome)
 
 

@@ -368,6 +368,37 @@ def outcome(store: Store, name: str) -> StudyOutcome:
     return outcome_of(store, name)
 
 
+class OpenAttempt(BaseModel):
+    """A launch runs.db shows in flight: running now, or cut (its process is gone without a result)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    number: int
+    host: str
+    pid: int
+    started_at: str
+    running: bool
+
+    def describe(self) -> str:
+        if self.running:
+            return f"trial {self.number}: running now (PID {self.pid} on {self.host}, since {self.started_at})"
+        return (
+            f"trial {self.number}: crashed: autotune (PID {self.pid} on {self.host}) ended during this trial "
+            f"(started {self.started_at}) without a result; the next `autotune search` of this study records "
+            "it and re-runs it once"
+        )
+
+
+def open_attempts(store: Store, name: str) -> list[OpenAttempt]:
+    from autotune.study_lock import pid_alive
+
+    out = []
+    for row in store.open_attempts(name):
+        running = row["host"] != socket.gethostname() or pid_alive(row["pid"])
+        out.append(OpenAttempt(number=row["number"], host=row["host"], pid=row["pid"], started_at=row["started_at"], running=running))
+    return out
+
+
 def export_recipe(store: Store, study: str | None, trial_number: int | None, output: Path | None) -> str:
     name = pick_study(store, study)
     row = store.study(name)
