@@ -1,5 +1,6 @@
 """The `autotune` command: parse, call one library function, print. Errors map to exit codes:
-2 bad input, 3 environment or engine missing, 1 unexpected, 130 interrupted (README "Exit codes").
+2 bad input, 3 environment or engine missing, 4 study owned by another process, 1 unexpected, 130
+interrupted (README "Exit codes").
 """
 
 from __future__ import annotations

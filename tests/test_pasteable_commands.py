@@ -12,7 +12,9 @@ from autotune.errors import EngineStartError
 from autotune.launchers.base import free_port
 from autotune.launchers.process import ServerProcess
 from autotune.models import Candidate, LaunchSpec, NodeLaunch, SearchSpace, TrialResult
-from autotune.recipe import RECIPE_PORT, from_yaml, recipe_from_trial, shell_lines, to_yaml
+from autotune.recipe import from_yaml, recipe_from_trial, shell_lines, to_yaml
+
+RECIPE_PORT = 8000  # what recipes state instead of the trial's port
 
 HOSTILE = ["$(touch pwned)", "a b", "it's", "`touch pwned2`", "; touch pwned3"]
 
