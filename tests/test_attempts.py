@@ -199,3 +199,21 @@ def test_ctrl_c_mid_trial_is_marked_interrupted(engine_space, tmp_path, capsys):
     assert main(["show", "--db", str(db), "--study", "a", "--json"]) == 0
     [shown] = json.loads(capsys.readouterr().out)
     assert shown["status"] == "interrupted" and "at: " in shown["reason"]  # the stage it was cut in
+
+
+@pytest.mark.engine
+def test_a_second_search_of_a_running_study_is_refused(engine_space, tmp_path, capsys):
+    """The issue's first report: two searches of one study both ran, the baseline twice."""
+    space, alias = engine_space
+    db = tmp_path / "runs.db"
+    first = search_process(space, db, tmp_path)
+    wait_for_engine(alias, first)
+    code = main(["search", "--space", str(space), "--db", str(db), "--study", "a", "--trials", "1",
+                 "--no-accuracy", "--confirm-rounds", "0"])
+    out = capsys.readouterr()
+    assert code == 4, out.out + out.err
+    assert f"in use by another autotune process (PID {first.pid} on" in out.err
+    text, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, text.decode()
+    trials = Store(db).trials("a")
+    assert [(t.number, t.status) for t in trials] == [(0, "ok")]  # the baseline ran once

@@ -94,11 +94,11 @@ class ServerProcess(LocalLaunched):
 
     def why_dead(self) -> str | None:
         """Why the engine cannot become healthy any more, or None while it still may."""
+        if self.watchdog and self.watchdog.tripped:  # first: its kill also makes the process exit
+            return f"watchdog stopped the engine: {self.watchdog.tripped}"
         code = self.proc.poll() if self.proc else -1
         if code is not None:
             return f"engine exited with code {code}"
-        if self.watchdog and self.watchdog.tripped:
-            return f"watchdog stopped the engine: {self.watchdog.tripped}"
         return None
 
     def memory_failure(self):
