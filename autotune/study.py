@@ -241,6 +241,23 @@ class Tuner:
                 again.setdefault(key, t.candidate)
         return list(again.values())
 
+    def _queue_first(self, study: optuna.Study, candidates: list[Candidate]) -> None:
+        """Put `candidates` (re-runs) ahead of what is queued already: Optuna's queue is first in,
+        first out, so the queued trials are taken out (told PRUNED, `autotune_status` requeued)
+        and queued again behind them."""
+        if not candidates:
+            return
+        held = []
+        for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            trial = study.ask(distributions(self.ctx))
+            held.append(dict(trial.params))
+            trial.set_user_attr(STATUS_ATTR, "requeued")
+            study.tell(trial, state=TrialState.PRUNED)
+        for candidate in candidates:
+            self._enqueue(study, candidate)
+        for params in held:
+            study.enqueue_trial(params, skip_if_exists=False)
+
     def _untried_feasible(self) -> list[Candidate]:
         tried = {t.candidate.key() for t in self.store.trials(self.ctx.study)}
         fresh = [c for c in enumerate_candidates(self.ctx.space) if c.key() not in tried]
@@ -269,7 +286,8 @@ class Tuner:
         launched = self._launched(existing)
         remaining = self._untried_feasible()
         if existing:
-            self._enqueue_missing(study, [*rerun, *self.first])
+            self._queue_first(study, rerun)
+            self._enqueue_missing(study, self.first)
         else:
             if not remaining and self.pruner.reason(baseline(space)) is not None:
                 raise NoValidCandidate(
