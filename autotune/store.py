@@ -172,7 +172,7 @@ class Store:
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE")
             self.db = sqlite_utils.Database(conn)
-            if not self.db["_sqlite_migrations"].exists() or list(MIGRATIONS.pending(self.db)):
+            if not self.db[MIGRATIONS.migrations_table].exists() or list(MIGRATIONS.pending(self.db)):
                 with self.atomic():  # two processes opening a new runs.db: one migrates, one waits
                     MIGRATIONS.apply(self.db)
         except sqlite3.DatabaseError as exc:
