@@ -1,5 +1,6 @@
 """The `autotune` command: parse, call one library function, print. Errors map to exit codes:
-2 bad input, 3 environment or engine missing, 1 unexpected, 130 interrupted (README "Exit codes").
+2 bad input, 3 environment or engine missing, 4 study owned by another process, 1 unexpected, 130
+interrupted (README "Exit codes").
 """
 
 from __future__ import annotations
@@ -114,8 +115,12 @@ def search(
             help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits",
         ),
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="if another autotune process runs this study, wait for it to finish")
+    ] = False,
 ) -> None:
-    """Tune a search space: baseline first, then Optuna trials, pruned before launching."""
+    """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
+    owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
     from autotune import search as search_lib
 
     plan = search_lib.prepare(
@@ -144,6 +149,8 @@ def search(
         qeval_reference=qeval_reference,
         time_budget_s=None if time_budget is None else time_budget * 60.0,
         reporter=report.RichReporter(console),
+        wait_s=float("inf") if wait else None,
+        on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
     )
     report.print_outcome(console, plan, outcome)
 
@@ -164,6 +171,8 @@ def show(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
     report.print_trials(console, outcome)
+    for attempt in search_lib.open_attempts(store, name):
+        console.print(attempt.describe(), markup=False, highlight=False)
     report.print_best(console, outcome)
 
 

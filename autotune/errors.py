@@ -41,6 +41,12 @@ class StoreError(AutotuneError):
     exit_code = 2
 
 
+class StudyBusy(AutotuneError):
+    """Another autotune process owns the study (one process per study at a time)."""
+
+    exit_code = 4
+
+
 class EngineStartError(AutotuneError):
     """An engine process did not become healthy; carries the log tail for classification."""
 

@@ -597,7 +597,9 @@ class GateOutcome(Record):
         return self.status == "pass"
 
 
-TrialStatus = Literal["ok", "failed", "skipped"]
+# interrupted (Ctrl-C / SIGTERM) and crashed (autotune itself died or raised) attempts are re-run
+# once on resume; a second such attempt counts as a failure of the candidate
+TrialStatus = Literal["ok", "failed", "skipped", "interrupted", "crashed"]
 
 
 class TrialResult(Record):

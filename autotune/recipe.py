@@ -34,18 +34,34 @@ from autotune.models import (
 PORTABLE_PYTHON = "python3"
 
 
+#: the port a recipe's commands serve on; a trial ran on a random free port, which means nothing later
+RECIPE_PORT = 8000
+PORT_NOTE = f"the commands serve on port {RECIPE_PORT} (a stated default, not the port the trial used): change --port to move it"
+
+
+def _with_port(argv: list[str], old: int, new: int) -> list[str]:
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--port" and i + 1 < len(out) and out[i + 1] == str(old):
+            out[i + 1] = str(new)
+        elif arg == f"--port={old}":
+            out[i] = f"--port={new}"
+    return out
+
+
 def portable_launch(launch: LaunchSpec) -> LaunchSpec:
-    """The same launch with this machine's interpreter path replaced by `python3`."""
+    """The same launch with this machine's interpreter path replaced by `python3` and the trial's
+    random port by RECIPE_PORT."""
     nodes = [
         NodeLaunch(
             node=n.node,
             role=n.role,
-            argv=[PORTABLE_PYTHON if a == sys.executable else a for a in n.argv],
+            argv=_with_port([PORTABLE_PYTHON if a == sys.executable else a for a in n.argv], launch.port, RECIPE_PORT),
             env=n.env,
         )
         for n in launch.nodes
     ]
-    return launch.model_copy(update={"nodes": nodes})
+    return launch.model_copy(update={"nodes": nodes, "port": RECIPE_PORT})
 
 
 def shell_lines(launch: LaunchSpec) -> list[str]:
@@ -178,12 +194,14 @@ def to_yaml(recipe: Recipe) -> str:
     if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
         data.pop("verdict", None)
     data["commands"] = shell_lines(recipe.launch)
+    data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
 
 
 def from_yaml(text: str) -> Recipe:
     data = yaml.safe_load(text)
     data.pop("commands", None)
+    data.pop("port", None)
     return Recipe.model_validate(data)
 
 

@@ -106,6 +106,8 @@ def verdict(trial: TrialResult) -> str:
     """Why a trial is where it is in the final table, in a few words."""
     if trial.status == "skipped":
         return f"skipped: {trial.reason}"
+    if trial.status in ("interrupted", "crashed"):
+        return f"{trial.status}: {trial.reason}"
     if trial.status == "failed":
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")

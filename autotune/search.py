@@ -1,7 +1,10 @@
 """What `autotune search`, `show`, `export` and `plan` do, as library calls (the CLI only prints).
 
 `prepare` checks everything that can be wrong with the input before runs.db is opened, so a bad
-space, engine, model path or hardware choice leaves the database untouched.
+space, engine, model path or hardware choice leaves the database untouched: knob values against
+the engine's own options, the launcher against the cluster file, the launcher's libraries, the
+cluster's daemons; then, reading runs.db only, that a resumed study keeps the space it was made
+from. `run` owns the study (study_lock) for as long as it launches anything.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from pydantic import BaseModel, ConfigDict
 from autotune.confirm import confirm, relaunch
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
-from autotune.hardware import is_this_host, parallel_layout, resolve_hardware
+from autotune.hardware import GIB_IN_GB, is_this_host, parallel_layout, resolve_hardware
 from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster, placeholder_note
+from autotune.launchers.preflight import check_launch
+from autotune.launchers.watchdog import limits_for
 from autotune.model_files import resolve_model
 from autotune.models import (
     Candidate,
@@ -49,8 +54,11 @@ from autotune.space import (
 )
 from autotune.model_shapes import dummy_weights
 from autotune.score import accuracy_status
+from autotune.space_fingerprint import check_same_experiment
+from autotune.space_fingerprint import fingerprint as space_fingerprint
 from autotune.store import Store
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
+from autotune.study_lock import StudyLock, StudyOwner
 from autotune.trial import TrialContext
 
 
@@ -215,17 +223,21 @@ def prepare(
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
     launcher_name = launcher or space.launcher
     cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
+    check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
     host = fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
     else:
         check_writable(db_path)
         store = Store(db_path)
+    name = study or f"{space.name}-{profile.name}-x{node_count}"
+    stored = store.study_space(name) if store else None
+    if stored is not None:
+        check_same_experiment(name, stored, space)
     probes = store.probe_results(host.key()) if store else []
     pruner = Pruner(
         [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count)]
     )
-    name = study or f"{space.name}-{profile.name}-x{node_count}"
     ctx = TrialContext(
         study=name,
         space=space,
@@ -235,6 +247,7 @@ def prepare(
         accuracy=accuracy,
         launcher=launcher_name,
         cluster=cluster,
+        watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
     )
     return SearchPlan(
         space=space,
@@ -317,10 +330,33 @@ def run(
     qeval_reference: int | None = None,
     time_budget_s: float | None = None,
     reporter: Reporter | None = None,
+    wait_s: float | None = None,
+    on_wait: Callable[[StudyOwner], None] | None = None,
+) -> StudyOutcome:
+    """Run the study, owning it for the whole run: another process on the same study is refused
+    (StudyBusy) or, with `wait_s`, waits that long for it."""
+    assert plan.store is not None
+    with StudyLock(plan.store, plan.study, wait_s=wait_s, on_wait=on_wait):
+        return _run_owned(plan, trials, seed, confirm_rounds, time_budget_s, reporter)
+
+
+def _run_owned(
+    plan: SearchPlan,
+    trials: int,
+    seed: int,
+    confirm_rounds: int,
+    time_budget_s: float | None,
+    reporter: Reporter | None,
 ) -> StudyOutcome:
     assert plan.store is not None
+    stored = plan.store.study_space(plan.study)
+    if stored is not None:  # again under the lock: another process may have created it meanwhile
+        check_same_experiment(plan.study, stored, plan.space)
     host_key = plan.store.save_host(plan.host)
-    plan.store.save_study(plan.study, plan.space, plan.hardware.name, plan.nodes, host_key, accuracy=plan.ctx.accuracy)
+    plan.store.save_study(
+        plan.study, plan.space, plan.hardware.name, plan.nodes, host_key, space_fingerprint(plan.space),
+        accuracy=plan.ctx.accuracy,
+    )
     if qeval_reference is not None:
         plan.store.set_study_reference(plan.study, qeval_reference)
     budget = TimeBudget(time_budget_s)
@@ -375,6 +411,37 @@ def pick_study(store: Store, name: str | None) -> str:
 
 def outcome(store: Store, name: str) -> StudyOutcome:
     return outcome_of(store, name)
+
+
+class OpenAttempt(BaseModel):
+    """A launch runs.db shows in flight: running now, or cut (its process is gone without a result)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    number: int
+    host: str
+    pid: int
+    started_at: str
+    running: bool
+
+    def describe(self) -> str:
+        if self.running:
+            return f"trial {self.number}: running now (PID {self.pid} on {self.host}, since {self.started_at})"
+        return (
+            f"trial {self.number}: crashed: autotune (PID {self.pid} on {self.host}) ended during this trial "
+            f"(started {self.started_at}) without a result; the next `autotune search` of this study records "
+            "it and re-runs it once"
+        )
+
+
+def open_attempts(store: Store, name: str) -> list[OpenAttempt]:
+    from autotune.study_lock import pid_alive
+
+    out = []
+    for row in store.open_attempts(name):
+        running = row["host"] != socket.gethostname() or pid_alive(row["pid"])
+        out.append(OpenAttempt(number=row["number"], host=row["host"], pid=row["pid"], started_at=row["started_at"], running=running))
+    return out
 
 
 class Export(BaseModel):

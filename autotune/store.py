@@ -1,6 +1,12 @@
 """runs.db through sqlite-utils: hosts, probe_results, tuning_studies, trial_results,
-measurements, failures (learned), confirmations, recipes. Optuna keeps its own tables (studies,
-trials, ...) in the same file through its RDB storage (`optuna_url`), hence the distinct names.
+measurements, failures (learned), confirmations, recipes, study_owners (who runs a study now) and
+attempts (launches in flight). Optuna keeps its own tables (studies, trials, ...) in the same file
+through its RDB storage (`optuna_storage()`), hence the distinct names.
+
+Several processes may use one runs.db at once (different studies side by side): every connection
+waits up to BUSY_TIMEOUT_S for another's write instead of failing with "database is locked", and
+every write transaction starts with BEGIN IMMEDIATE. (A deferred transaction that reads first and
+writes second cannot wait: SQLite answers "database is locked" at once to avoid a deadlock.)
 
 Schema changes are an append-only list of migrations (`MIGRATIONS`); never edit an applied one.
 """
@@ -9,6 +15,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,7 @@ from autotune.models import (
 from autotune.noise import LaunchNoise, pooled
 
 MIGRATIONS = Migrations("autotune")
+BUSY_TIMEOUT_S = 60.0
 
 
 @MIGRATIONS()
@@ -143,6 +153,23 @@ def m003_launch_noise(db: sqlite_utils.Database) -> None:
     db["tuning_studies"].add_column("reference_trial", int)  # qeval's reference; NULL = trial 0
 
 
+@MIGRATIONS()
+def m004_ownership_and_attempts(db: sqlite_utils.Database) -> None:
+    db["tuning_studies"].add_column("fingerprint", str)
+    db["study_owners"].create(
+        {"study": str, "host": str, "pid": int, "pid_start": str, "started_at": str, "command": str}, pk="study"
+    )
+    db["attempts"].create(
+        {"study": str, "number": int, "candidate_key": str, "host": str, "pid": int, "started_at": str},
+        pk=("study", "number"),
+    )
+
+
+#: attempts that did not end with a result of their own: re-run once on resume, then a failure
+CUT_STATUSES = ("interrupted", "crashed")
+ATTEMPTS_BEFORE_FAILURE = 2
+
+
 class LearnedFailure(dict[str, Any]):
     """A failure row: `knob_values` is what a candidate must hold for the failure to apply."""
 
@@ -167,14 +194,54 @@ class Store:
             if not parent.is_dir():
                 raise StoreError(f"cannot create {self.path}: folder {parent} does not exist")
         try:
-            self.db = sqlite_utils.Database(self.path)
-            MIGRATIONS.apply(self.db)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE")
+            self.db = sqlite_utils.Database(conn)
+            if not self.db[MIGRATIONS.migrations_table].exists() or list(MIGRATIONS.pending(self.db)):
+                with self.atomic():  # two processes opening a new runs.db: one migrates, one waits
+                    MIGRATIONS.apply(self.db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot use {self.path} as runs.db: {exc}") from exc
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction that holds the write lock from its start (BEGIN IMMEDIATE)."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     @property
     def optuna_url(self) -> str:
         return f"sqlite:///{self.path.resolve()}"
+
+    def optuna_storage(self):
+        """Optuna's RDB storage on this file, waiting for other processes' writes like Store does."""
+        import optuna
+        import sqlalchemy.exc
+        from sqlalchemy import event
+
+        # the driver opens no transaction of its own (isolation_level None); each one SQLAlchemy
+        # begins is BEGIN IMMEDIATE, so it waits for another process's write instead of failing
+        kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S, "isolation_level": None}}
+        for attempt in range(5):
+            try:
+                storage = optuna.storages.RDBStorage(self.optuna_url, engine_kwargs=kwargs)
+                break
+            except sqlalchemy.exc.SQLAlchemyError:  # another process created Optuna's tables meanwhile
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        event.listen(storage.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        return storage
 
     # ------------------------------------------------------------ hosts and probes
 
@@ -200,7 +267,7 @@ class Store:
             }
             for r in results
         ]
-        with self.db.atomic():
+        with self.atomic():
             self.db["probe_results"].upsert_all(rows, pk=("host_key", "feature"))
 
     def probe_results(self, host_key: str) -> list[ProbeResult]:
@@ -219,7 +286,14 @@ class Store:
     # ------------------------------------------------------------ studies and trials
 
     def save_study(
-        self, name: str, space: SearchSpace, hardware: str, nodes: int, host_key: str, accuracy: bool = True
+        self,
+        name: str,
+        space: SearchSpace,
+        hardware: str,
+        nodes: int,
+        host_key: str,
+        fingerprint: str | None = None,
+        accuracy: bool = True,
     ) -> None:
         existing = self.study(name)
         if existing is not None:
@@ -239,9 +313,15 @@ class Store:
                 "host_key": host_key,
                 "space": space.model_dump_json(),
                 "created_at": utc_now(),
+                "fingerprint": fingerprint,
                 "accuracy": int(accuracy),
             }
         )
+
+    def study_space(self, name: str) -> SearchSpace | None:
+        """The space a study was created from (None when there is no such study)."""
+        row = self.study(name)
+        return None if row is None else SearchSpace.model_validate_json(row["space"])
 
     def study_reference(self, name: str) -> int:
         """The trial qeval compares with: trial 0 unless the user named another."""
@@ -291,11 +371,12 @@ class Store:
             }
             for m in result.measurements
         ]
-        with self.db.atomic():
+        with self.atomic():
             self.db["trial_results"].upsert(row, pk=("study", "number"))
             self.db["measurements"].delete_where("study = ? and trial = ?", [result.study, result.number])
             if measurements:
                 self.db["measurements"].insert_all(measurements)
+            self.db["attempts"].delete_where("study = ? and number = ?", [result.study, result.number])
 
     def trials(self, study: str) -> list[TrialResult]:
         return [
@@ -308,15 +389,52 @@ class Store:
         return TrialResult.model_validate_json(rows[0]["result"]) if rows else None
 
     def trial_by_candidate(self, study: str, candidate: Candidate) -> TrialResult | None:
-        """The first finished (not skipped) trial of this exact candidate in this study."""
+        """The first finished (ok or failed) trial of this exact candidate in this study; or, when
+        it was cut ATTEMPTS_BEFORE_FAILURE times (interrupted / crashed), the last cut attempt,
+        which then counts as its failure."""
         rows = self.db["trial_results"].rows_where(
-            "study = ? and candidate_key = ? and status != 'skipped'",
+            "study = ? and candidate_key = ? and status in ('ok', 'failed')",
             [study, candidate.key()],
             order_by="number",
             limit=1,
         )
         row = next(iter(rows), None)
-        return TrialResult.model_validate_json(row["result"]) if row else None
+        if row is not None:
+            return TrialResult.model_validate_json(row["result"])
+        cut = self.cut_attempts(study, candidate)
+        return cut[-1] if len(cut) >= ATTEMPTS_BEFORE_FAILURE else None
+
+    def cut_attempts(self, study: str, candidate: Candidate) -> list[TrialResult]:
+        """The interrupted or crashed attempts of this candidate, oldest first."""
+        rows = self.db["trial_results"].rows_where(
+            f"study = ? and candidate_key = ? and status in {CUT_STATUSES!r}",
+            [study, candidate.key()],
+            order_by="number",
+        )
+        return [TrialResult.model_validate_json(row["result"]) for row in rows]
+
+    # ------------------------------------------------------------ attempts in flight
+
+    def begin_attempt(self, study: str, number: int, candidate: Candidate, host: str, pid: int) -> None:
+        """A launch starts: kept until its result is saved, so a process killed mid-trial leaves
+        a trace the next owner of the study turns into a `crashed` trial."""
+        self.db["attempts"].upsert(
+            {
+                "study": study,
+                "number": number,
+                "candidate_key": candidate.key(),
+                "host": host,
+                "pid": pid,
+                "started_at": utc_now(),
+            },
+            pk=("study", "number"),
+        )
+
+    def end_attempt(self, study: str, number: int) -> None:
+        self.db["attempts"].delete_where("study = ? and number = ?", [study, number])
+
+    def open_attempts(self, study: str) -> list[dict[str, Any]]:
+        return list(self.db["attempts"].rows_where("study = ?", [study], order_by="number"))
 
     # ------------------------------------------------------------ learned failures
 

@@ -4,11 +4,19 @@ Optuna's storage is the same runs.db (RDB storage); the project's own records go
 store.py. A re-run of the same command finds both and resumes. Infeasible candidates are never
 launched: they are told to Optuna as PRUNED and kept with their reason. A candidate already
 measured in the study is never launched again: its stored score is told instead.
+
+Every attempt is accounted for: a launch is recorded in runs.db (`attempts`) before it starts. One
+cut by Ctrl-C / SIGTERM is saved as `interrupted`, one cut by an error of autotune itself as
+`crashed`, and one whose process died without a word (kill -9) is found on resume and saved as
+`crashed`; each is told to Optuna as FAIL with `autotune_status` set, and re-run once on resume.
+A candidate cut twice counts as failed.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import statistics
 import time
 from collections import Counter
@@ -26,10 +34,11 @@ from autotune.models import Candidate, Confirmation, Scalar, SearchSpace, TrialR
 from autotune.noise import LaunchNoise
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
-from autotune.store import Store
+from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
+STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
 class Reporter(Protocol):
@@ -109,10 +118,19 @@ def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
     return {k.name: CategoricalDistribution(k.values) for k in ctx.space.knobs}
 
 
+def rerun_if_cut(trial: TrialResult | None, trials: list[TrialResult]) -> TrialResult | None:
+    """A trial that was cut (interrupted, crashed) stands for its candidate's re-run, once it has one."""
+    if trial is None or trial.status not in CUT_STATUSES:
+        return trial
+    key = trial.candidate.key()
+    return next((t for t in trials if t.candidate.key() == key and t.status not in (*CUT_STATUSES, "skipped")), trial)
+
+
 def reference_of(store: Store, name: str, trials: list[TrialResult] | None = None) -> TrialResult | None:
     """qeval's reference: trial 0, or the trial named with `search --qeval-reference N`."""
+    trials = trials if trials is not None else store.trials(name)
     number = store.study_reference(name)
-    return next((t for t in (trials if trials is not None else store.trials(name)) if t.number == number), None)
+    return rerun_if_cut(next((t for t in trials if t.number == number), None), trials)
 
 
 def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
@@ -127,7 +145,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         reference = reference_of(store, name, trials)
         trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
         noise = store.launch_noise(row["host_key"], row["engine"])
-    base = next((t for t in trials if t.number == 0), None)
+    base = rerun_if_cut(next((t for t in trials if t.number == 0), None), trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
         name=name,
@@ -141,6 +159,13 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         noise=noise,
         accuracy=accuracy,
     )
+
+
+def _fail_running(study: optuna.Study, frozen: optuna.trial.FrozenTrial, status: str) -> None:
+    """Tell Optuna a RUNNING trial failed, naming why in its user attributes. Works for a trial
+    asked by a process that is gone (a live Trial handle is rebuilt from the stored id)."""
+    optuna.Trial(study, frozen._trial_id).set_user_attr(STATUS_ATTR, status)
+    study.tell(frozen.number, state=TrialState.FAIL)
 
 
 class Tuner:
@@ -191,11 +216,75 @@ class Tuner:
         )
         return optuna.create_study(
             study_name=self.ctx.study,
-            storage=self.store.optuna_url,
+            storage=self.store.optuna_storage(),
             direction="maximize",
             sampler=sampler,
             load_if_exists=True,
         )
+
+    def _launched(self, trials: list[TrialResult]) -> int:
+        """Launches that count toward the study's trials: finished ones, and each candidate cut
+        ATTEMPTS_BEFORE_FAILURE times (its failure); a cut attempt still to be re-run does not."""
+        finished = sum(1 for t in trials if t.status in ("ok", "failed"))
+        cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
+        done = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
+        return finished + sum(1 for key, n in cut.items() if n >= ATTEMPTS_BEFORE_FAILURE and key not in done)
+
+    def _cut(self, study: optuna.Study, number: int, candidate: Candidate, status: str, reason: str) -> None:
+        """Record an attempt that ended without a result: in runs.db, and in Optuna as FAIL."""
+        self.store.save_trial(
+            TrialResult(study=self.ctx.study, number=number, candidate=candidate, status=status, reason=reason)  # type: ignore[arg-type]
+        )
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if frozen.number == number:
+                _fail_running(study, frozen, status)
+
+    def _account_for_cut_attempts(self, study: optuna.Study) -> list[Candidate]:
+        """On resume (this process owns the study, so no other runs it): launches of a process
+        that died mid-trial become `crashed`; Optuna trials left RUNNING become FAIL. Returns the
+        candidates to re-run: cut once, never finished."""
+        for row in self.store.open_attempts(self.ctx.study):
+            prior = self.store.trial(self.ctx.study, row["number"])
+            candidate = prior.candidate if prior else None
+            if candidate is None:
+                match = [c for c in enumerate_candidates(self.ctx.space) if c.key() == row["candidate_key"]]
+                candidate = match[0] if match else None
+            if candidate is None:
+                self.store.end_attempt(self.ctx.study, row["number"])
+                continue
+            self._cut(
+                study, row["number"], candidate, "crashed",
+                f"autotune (PID {row['pid']} on {row['host']}) ended during this trial without a result "
+                "(killed or crashed)",
+            )
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            _fail_running(study, frozen, "crashed")  # asked, never launched: nothing to re-run
+        trials = self.store.trials(self.ctx.study)
+        finished = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
+        cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
+        again: dict[str, Candidate] = {}
+        for t in trials:
+            key = t.candidate.key()
+            if t.status in CUT_STATUSES and key not in finished and cut[key] < ATTEMPTS_BEFORE_FAILURE:
+                again.setdefault(key, t.candidate)
+        return list(again.values())
+
+    def _queue_first(self, study: optuna.Study, candidates: list[Candidate]) -> None:
+        """Put `candidates` (re-runs) ahead of what is queued already: Optuna's queue is first in,
+        first out, so the queued trials are taken out (told PRUNED, `autotune_status` requeued)
+        and queued again behind them."""
+        if not candidates:
+            return
+        held = []
+        for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            trial = study.ask(distributions(self.ctx))
+            held.append(dict(trial.params))
+            trial.set_user_attr(STATUS_ATTR, "requeued")
+            study.tell(trial, state=TrialState.PRUNED)
+        for candidate in candidates:
+            self._enqueue(study, candidate)
+        for params in held:
+            study.enqueue_trial(params, skip_if_exists=False)
 
     def _untried_feasible(self) -> list[Candidate]:
         tried = {t.candidate.key() for t in self.store.trials(self.ctx.study)}
@@ -220,10 +309,12 @@ class Tuner:
     def run(self) -> StudyOutcome:
         space = self.ctx.space
         study = self._open()
+        rerun = self._account_for_cut_attempts(study)
         existing = self.store.trials(self.ctx.study)
-        launched = sum(1 for t in existing if t.status != "skipped")
+        launched = self._launched(existing)
         remaining = self._untried_feasible()
         if existing:
+            self._queue_first(study, rerun)
             self._enqueue_missing(study, self.first)
         else:
             if not remaining and self.pruner.reason(baseline(space)) is not None:
@@ -277,14 +368,23 @@ class Tuner:
             launched += 1
             self.reporter.trial_started(trial.number, launched, self.trials, candidate)
             ctx = self.ctx.model_copy(update={"port": free_port()})
+            stage = ["before the engine started"]
+
+            def events(text: str) -> None:
+                stage[0] = f"at: {text}"
+                self.reporter.trial_event(text)
+
+            self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = run_trial(ctx, candidate, trial.number, self.reporter.trial_event)
-            except KeyboardInterrupt:
-                study.tell(trial, state=TrialState.FAIL)  # not measured: a resumed study may try it again
+                result = run_trial(ctx, candidate, trial.number, events)
+            except KeyboardInterrupt:  # not measured: re-run once when the study resumes
+                self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise
-            reference = result if trial.number == self.store.study_reference(self.ctx.study) else reference_of(
-                self.store, self.ctx.study
-            )
+            except Exception as exc:
+                self._cut(study, trial.number, candidate, "crashed", f"{type(exc).__name__}: {exc} ({stage[0]})")
+                raise
+            done_so_far = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
+            reference = reference_of(self.store, self.ctx.study, [*done_so_far, result])
             predicted = self.predict(candidate) if self.predict else {}
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})

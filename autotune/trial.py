@@ -194,7 +194,7 @@ def run_trial(
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
                 alive = server.alive()
-                failure = failure_from_log(
+                failure = server.memory_failure() or failure_from_log(
                     ctx.engine, log, "serving_failed" if alive else "crash_during_run", str(exc)
                 )
                 return TrialResult(
@@ -211,7 +211,7 @@ def run_trial(
             )
     except EngineStartError as exc:
         fallback = "startup_timeout" if exc.timed_out else "startup_crash"
-        failure = failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
+        failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
         if exc.timed_out and failure.failure_class != "startup_timeout":
             failure = failure.model_copy(update={"message": f"{exc} — log shows: {failure.message}"})
         return TrialResult(

@@ -104,3 +104,21 @@ def test_sqlite_file_is_plain_sqlite(tmp_path):
     Store(tmp_path / "runs.db")
     with sqlite3.connect(tmp_path / "runs.db") as conn:
         assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] >= 1
+
+
+def test_a_runs_db_from_before_issue_17_is_migrated_and_keeps_its_studies(tmp_path):
+    import sqlite_utils
+
+    from autotune.space import load_space
+
+    path = tmp_path / "runs.db"
+    old = sqlite_utils.Database(path)
+    MIGRATIONS.apply(old, stop_before="m003_launch_noise")
+    space = load_space("llamacpp-gemma3-270m")
+    old["tuning_studies"].insert({"name": "s", "space_name": space.name, "engine": "llamacpp", "hardware": "cpu",
+                                  "nodes": 1, "host_key": "h", "space": space.model_dump_json(), "created_at": "x"})
+    old.conn.close()
+    store = Store(path)
+    assert "fingerprint" in store.db["tuning_studies"].columns_dict
+    assert {"study_owners", "attempts"} <= set(store.db.table_names())
+    assert store.study_space("s") == space  # the fingerprint check of an old study reads its stored space

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 import sys
 from importlib import metadata
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from autotune.engines.base import Engine
 from autotune.errors import ConfigError, EngineUnavailable
-from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar
+from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
 
 # ggml_type enum values (ggml.h); stable across releases because GGUF files store them.
 GGML_TYPES: dict[str, int] = {
@@ -50,6 +50,13 @@ def _arg(value: Scalar) -> str:
     return str(value)
 
 
+def space_values(space: SearchSpace) -> list[tuple[str, Scalar]]:
+    """(option, value) for every value of every arg knob and every fixed setting."""
+    pairs = [(name, value) for name, value in space.fixed.items()]
+    pairs += [(k.name, v) for k in space.knobs if k.kind == "arg" for v in k.values]
+    return pairs
+
+
 class LlamaCppEngine(Engine):
     name = "llamacpp"
     knobs: ClassVar[frozenset[str]] = frozenset({*PLAIN_OPTIONS, "type_k", "type_v", "draft_k"})
@@ -74,6 +81,39 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable(
                 "llama-cpp-python's server extra is missing; run `pip install 'llama-cpp-python[server]'`"
             ) from exc
+
+    def validate_space(self, space: SearchSpace) -> None:
+        """Knob names (base class), then the values autotune itself translates: KV cache type
+        names and draft_k (a count of drafted tokens, 0 = off)."""
+        super().validate_space(space)
+        for name, value in space_values(space):
+            if name in ("type_k", "type_v") and value is not None and value not in GGML_TYPES:
+                raise ConfigError(f"knob {name}: {value!r} is not a KV cache type; use one of {sorted(GGML_TYPES)}")
+            if name == "draft_k" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ConfigError(f"knob draft_k: {value!r} is not a number of drafted tokens (an integer >= 0)")
+
+    def preflight(self, space: SearchSpace) -> None:
+        """Every value of every server option, as rendered on the command line, checked against
+        the type and range of that option in the installed server (its pydantic ModelSettings)."""
+        from pydantic import TypeAdapter, ValidationError
+
+        from llama_cpp.server.settings import ModelSettings
+
+        for name, value in space_values(space):
+            field = ModelSettings.model_fields.get(name) if name in PLAIN_OPTIONS else None
+            if field is None or value is None:
+                continue
+            kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            adapter = TypeAdapter(kind)
+            try:
+                adapter.validate_python(_arg(value))
+            except ValidationError as exc:
+                why = exc.errors()[0]["msg"]
+                raise ConfigError(
+                    f"knob {name}: value {value!r} is not valid for llama.cpp's --{name} ({why})"
+                ) from None
 
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         if not model.path:

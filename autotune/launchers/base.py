@@ -6,6 +6,7 @@ A launcher is entered to start the engine and wait until it is ready; any failur
 
 from __future__ import annotations
 
+import shlex
 import socket
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import httpx
 
 from autotune.errors import EngineStartError
 from autotune.launchers.watchdog import WatchdogLimits
-from autotune.models import LaunchSpec
+from autotune.models import FailureInfo, LaunchSpec, NodeLaunch
 
 
 def free_port() -> int:
@@ -23,6 +24,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def command_line(node: NodeLaunch) -> str:
+    """The launch as one shell line that pastes safely: env assignments, then the argv, each word
+    shell-quoted (a config value such as `$(touch x)` stays text)."""
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(node.env.items())]
+    return " ".join([*env, shlex.join(node.argv)])
 
 
 class Launched:
@@ -36,6 +44,10 @@ class Launched:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def memory_failure(self) -> FailureInfo | None:
+        """The host_memory failure when the memory watchdog stopped the engine (None otherwise)."""
+        return None
 
     def stop_after_failed_start(self) -> None:
         """Stopping when start-up failed: the start error is the news, so this must not raise."""

@@ -16,6 +16,7 @@ when a DockerServer starts.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 import threading
 import time
@@ -468,7 +469,7 @@ class DockerServer(Launched):
         created = api.exec_create(container.id, _portable(server.argv), environment=env)
         self._exec_id, self._exec_client = created["Id"], api
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text(f"$ {' '.join(_portable(server.argv))}\n")
+        self.log_path.write_text(f"$ {shlex.join(_portable(server.argv))}\n")
         self._exec_stream = api.exec_start(self._exec_id, stream=True)
         self._exec_thread = threading.Thread(target=self._copy_exec_output, name="docker-exec-log", daemon=True)
         self._exec_thread.start()

@@ -17,7 +17,7 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-from autotune.launchers.base import LocalLaunched, wait_for_health
+from autotune.launchers.base import LocalLaunched, command_line, wait_for_health
 from autotune.launchers.watchdog import Watchdog
 
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
@@ -76,7 +76,7 @@ class ServerProcess(LocalLaunched):
         node = self.launch.server
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._log.write(f"$ {' '.join(node.argv)}\n".encode())
+        self._log.write(f"$ {command_line(node)}\n".encode())
         self._log.flush()
         self._t0 = time.monotonic()
         self.proc = subprocess.Popen(
@@ -94,12 +94,15 @@ class ServerProcess(LocalLaunched):
 
     def why_dead(self) -> str | None:
         """Why the engine cannot become healthy any more, or None while it still may."""
+        if self.watchdog and self.watchdog.tripped:  # first: its kill also makes the process exit
+            return f"watchdog stopped the engine: {self.watchdog.tripped}"
         code = self.proc.poll() if self.proc else -1
         if code is not None:
             return f"engine exited with code {code}"
-        if self.watchdog and self.watchdog.tripped:
-            return f"watchdog stopped the engine: {self.watchdog.tripped}"
         return None
+
+    def memory_failure(self):
+        return self.watchdog.failure() if self.watchdog else None
 
     def wait_ready(self) -> None:
         self.startup_s = wait_for_health(

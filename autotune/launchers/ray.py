@@ -29,7 +29,7 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
-from autotune.launchers.base import Launched, LocalLaunched, wait_for_health
+from autotune.launchers.base import Launched, LocalLaunched, command_line, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import LaunchSpec, NodeLaunch
@@ -168,7 +168,7 @@ class NodeProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._log.write(f"$ {' '.join(self.node.argv)}\n".encode())
+        self._log.write(f"$ {command_line(self.node)}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
             self.node.argv,
@@ -419,6 +419,10 @@ class ClusterServer(LocalLaunched):
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive() and self.ray.dead_node() is None
+
+    def memory_failure(self):
+        dogs = [n.watchdog for n in self.ray.nodes] + [self.server.watchdog if self.server else None]
+        return next((d.failure() for d in dogs if d is not None and d.tripped), None)
 
     def log_text(self) -> str:
         server = self.server.log_text() if self.server else tail(self.log_path)
