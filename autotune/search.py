@@ -337,7 +337,7 @@ def run(
     (StudyBusy) or, with `wait_s`, waits that long for it."""
     assert plan.store is not None
     with StudyLock(plan.store, plan.study, wait_s=wait_s, on_wait=on_wait):
-        return _run_owned(plan, trials, seed, confirm_rounds, time_budget_s, reporter)
+        return _run_owned(plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter)
 
 
 def _run_owned(
@@ -345,6 +345,8 @@ def _run_owned(
     trials: int,
     seed: int,
     confirm_rounds: int,
+    noise_relaunches: int,
+    qeval_reference: int | None,
     time_budget_s: float | None,
     reporter: Reporter | None,
 ) -> StudyOutcome:
@@ -386,6 +388,7 @@ def _run_owned(
             return result.model_copy(
                 update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
             )
+
         def keep(arm: TrialResult, value: float, source: str) -> None:
             assert plan.store is not None
             plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, source, arm.number)
