@@ -76,7 +76,7 @@ def check_launch(
     timeout_s: float = REACH_TIMEOUT_S,
 ) -> None:
     """Refuse a launch that cannot work, before anything is written. `reach=False` (dry runs)
-    skips the libraries and the network."""
+    skips where the nodes are, the libraries and the network."""
     if launcher == "process" and cluster_file is not None:
         raise ConfigError(
             f"--cluster {cluster_file} needs --launcher docker (or ray); the process launcher runs one "
@@ -84,7 +84,7 @@ def check_launch(
         )
     if cluster is None:
         return
-    if launcher == "ray" and cluster_file is not None:
+    if launcher == "ray" and cluster_file is not None and reach:  # a dry run only shows the launch
         remote = [f"node {i} ({n.ip})" for i, n in enumerate(cluster.nodes) if not is_local_address(n.ip)]
         if remote:
             raise ConfigError(
