@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
+from autotune.learning import learn_from_failure
 from autotune.launchers.base import free_port
 from autotune.models import Candidate, Confirmation, Scalar, TrialResult
 from autotune.score import constraint_values, evaluate_gates, rank
@@ -267,10 +268,7 @@ class Tuner:
                 update={"gates": evaluate_gates(result, base, space.gates), "predicted": predicted}
             )
             self.store.save_trial(result)
-            if result.failure and result.failure.implicates:
-                self.store.add_failure(
-                    self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number
-                )
+            if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
             self._tell(study, trial, result)
             done = self.store.trials(self.ctx.study)
