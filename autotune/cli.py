@@ -123,6 +123,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Print the trials of a study from runs.db (the newest study by default)."""
+    from autotune import learning
     from autotune import search as search_lib
 
     store = search_lib.open_store(db, must_exist=True)
@@ -132,6 +133,7 @@ def show(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
     report.print_trials(console, outcome)
+    report.print_isolations(console, learning.isolations(store, name))
     report.print_best(console, outcome)
 
 
