@@ -177,7 +177,7 @@ def probe(
     skip_engine: Annotated[bool, typer.Option("--no-engine", help="device and kernels only")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per probe")] = 300.0,
     budget: Annotated[
-        float, typer.Option("--budget", help="seconds after which no new engine launch starts (vLLM)")
+        float, typer.Option("--budget", help="seconds after which no new engine launch starts; the next probe launches what is left")
     ] = 480.0,
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
