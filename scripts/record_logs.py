@@ -128,7 +128,7 @@ def _thin(text: str) -> tuple[str, int]:
     return "\n".join(kept), dropped
 
 
-def record(case: Case, model: Path, tmp: Path) -> str:
+def record(case: Case, model: Path, tmp: Path, note: str = "") -> str:
     argv = case.argv
     if case.memory_limit_kib:
         argv = ["bash", "-c", f'ulimit -v {case.memory_limit_kib} && exec "$@"', "bash", *argv]
@@ -142,13 +142,14 @@ def record(case: Case, model: Path, tmp: Path) -> str:
     versions = f"llama-cpp-python {metadata.version('llama-cpp-python')}"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     header = (f"# recording: scripts/record_logs.py on {platform.machine()} Linux, {versions}, {when}: "
-              f"{case.what} (exit {proc.returncode}); paths replaced{thinned}")
+              f"{case.what} (exit {proc.returncode}){f' ({note})' if note else ''}; paths replaced{thinned}")
     return f"{header}\n{body}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="record only these (file name without .log)")
+    parser.add_argument("--note", default="", help="a condition of this machine to state in each header")
     args = parser.parse_args(argv)
     model = _model()
     with tempfile.TemporaryDirectory() as name:
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases(model, tmp):
             if args.only and case.name not in args.only:
                 continue
-            text = record(case, model, tmp)
+            text = record(case, model, tmp, args.note)
             (LOGS / f"{case.name}.log").write_text(text)
             print(f"wrote tests/logs/{case.name}.log ({len(text.splitlines())} lines)")
     return 0
