@@ -155,13 +155,13 @@ hardware: auto
 plugin_flags: {{verbose: --verbose}}
 # llama.cpp's own log off: the log shows only "Failed to create llama_context", which no
 # signature can pin on a knob, so the study has to isolate it
-fixed: {{verbose: false, seed: 1, flash_attn: false, n_threads: 2}}
+fixed: {{verbose: false, chat_format: gemma, seed: 1234, flash_attn: false, n_threads: 2}}
 knobs:
   - {{name: type_k, values: [f16, q8_0], default: f16}}
   - {{name: type_v, values: [f16, q4_0], default: f16}}
   - {{name: n_ctx, values: [512, 1024], default: 512}}
 workload:
-  decode_max_tokens: 8
+  decode_max_tokens: 16
   prompt_sets: [prose]
   prompts_per_set: 1
   repeats: 1
