@@ -105,8 +105,9 @@ def probe_llamacpp(
     """Probe each config for real; the f16/f16 reference comes first in the returned list.
 
     Configs run in probes.launch_order's order (what `space` uses first); those in `settled`
-    (decided by an earlier probe) are left out; those not started within `budget_s` come back
-    "untested" with the reason. The reference always runs: the others are judged against it.
+    (decided by an earlier probe) are left out; those not started within `budget_s` (counted
+    after the reference, which always runs: the others are judged against it) come back
+    "untested" with the reason.
 
     :raises ModelNotFound: the model file does not exist.
     :raises EngineUnavailable: llama-cpp-python is not installed.
@@ -119,12 +120,11 @@ def probe_llamacpp(
               if c != REFERENCE and c.feature not in settled]
     ordered = order_cells(wanted, lambda c: c.params, is_reference=lambda c: c == REFERENCE, space=space,
                           defaults=DEFAULTS)
-    deadline = None if budget_s is None else clock() + budget_s
-
     reference, ref_tokens = _run(model_path, REFERENCE, timeout_s, n_threads)
     if ref_tokens is not None:
         reference = _judge(reference, ref_tokens, None)
     results = [reference]
+    deadline = None if budget_s is None else clock() + budget_s  # the budget is for the matrix
     for config, why in ordered:
         if deadline is not None and clock() > deadline:
             results.append(ProbeResult(feature=config.feature, status="untested", params=config.params,
