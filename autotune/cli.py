@@ -133,6 +133,7 @@ def show(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
     report.print_trials(console, outcome)
+    report.print_learned(console, learning.learned_in_study(store, name))
     report.print_isolations(console, learning.isolations(store, name))
     report.print_best(console, outcome)
 

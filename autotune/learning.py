@@ -20,7 +20,7 @@ from sqlite_utils.migrations import Migrations
 
 from autotune.isolation import Isolation, isolate, smoke_launch
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult, utc_now
-from autotune.store import Store
+from autotune.store import LearnedFailure, Store
 from autotune.trial import TrialContext
 
 #: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
@@ -59,6 +59,11 @@ def isolations(store: Store, study: str) -> list[Isolation]:
         return []
     rows = store.db["isolations"].rows_where("study = ?", [study], order_by="id")
     return [Isolation.model_validate_json(row["result"]) for row in rows]
+
+
+def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:
+    """The failures this study's trials taught (knob values now skipped on this host)."""
+    return [LearnedFailure(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]
 
 
 def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str], baseline: Candidate) -> list[dict[str, Scalar]]:

@@ -243,6 +243,16 @@ def print_untested(console: Console, results: list[Any]) -> None:
         console.print(f"  {count}: {why}")
 
 
+def print_learned(console: Console, learned: list[Any]) -> None:
+    """The knob values failures taught this study to skip, with the class and the trial."""
+    if not learned:
+        return
+    console.print("[bold]learned from failures[/] (skipped from now on, on this host)")
+    for row in learned:
+        values = ", ".join(f"{k}={v}" for k, v in row.knob_values.items())
+        console.print(f"  {values}: {row['failure_class']} in trial {row['trial']}", markup=False, highlight=False)
+
+
 def print_isolations(console: Console, isolations: list[Any]) -> None:
     """What isolating unexplained failures found (autotune/learning.py), and what it cost."""
     if not isolations:

@@ -205,5 +205,6 @@ def test_a_study_isolates_an_unexplained_failure_and_stops_launching_it(
     capsys.readouterr()
     assert main(["show", "--db", str(db), "--study", "iso"]) == 0
     out = capsys.readouterr().out
+    assert f"type_v=q4_0: context_creation_failed in trial {failed[0].number}" in out  # learned from failures
     assert "isolated failures (2 extra launches in all)" in out
     assert "isolated type_v=q4_0 vs trial 0, 3 knob(s) differed; 2 launches" in out
