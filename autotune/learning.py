@@ -33,6 +33,7 @@ NOT_ISOLATED = frozenset({
     "startup_timeout", "missing_dependency", "stale_env", "triton_too_old", "flashinfer_jit_arch",
     "build_target_mismatch", "nccl_system_error", "nccl_liveness", "no_kernel_image", "probe_timeout",
     "oom", "kv_cache_memory",
+    "serving_failed",  # the engine stayed up and a measured request failed: load, not a knob value
 })
 
 MIGRATIONS = Migrations("autotune-learning")

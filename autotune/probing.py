@@ -91,7 +91,9 @@ def run_engine_probes(
 
 
 def untested_cells(results: list[ProbeResult]) -> list[ProbeResult]:
-    return [r for r in results if r.status == "untested" and r.params]
+    """Engine launch cells left untested (selector and kernel results are not launches)."""
+    return [r for r in results if r.status == "untested" and r.params
+            and not r.feature.startswith(("selector:", "kernel:"))]
 
 
 def probe(
