@@ -10,7 +10,9 @@
     requires non-empty text, and classifies failures with probes.signatures. vLLM cannot switch
     KV dtype or backend inside one process, so each combination is one launch; launches are made
     cheap (--enforce-eager, --load-format dummy, a short context, a fixed small KV cache) and can
-    run side by side on one GPU (--parallel).
+    run side by side on one GPU (--parallel). They run riskiest first (probes/launch_order.py:
+    the reference, then what --space uses that the selector accepted but no launch confirmed),
+    so a budget (--budget-s) leaves the safe cells untested, not the ones likely to fail.
 
   python -m probes.vllm_features --model DIR --out results.json [--launch] [--timeout 300]
       [--kv auto fp8 ...] [--backends auto FLASH_ATTN ...] [--draft-k 0 4] [--combos fp8:TRITON_ATTN,...]
