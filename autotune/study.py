@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
-from autotune.learning import learn_from_failure
 from autotune.launchers.base import free_port
+from autotune.learning import learn_from_failure
 from autotune.models import Candidate, Confirmation, Scalar, TrialResult
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
