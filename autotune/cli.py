@@ -162,6 +162,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Print the trials of a study from runs.db (the newest study by default)."""
+    from autotune import learning
     from autotune import search as search_lib
 
     store = search_lib.open_store(db, must_exist=True)
@@ -173,6 +174,8 @@ def show(
     report.print_trials(console, outcome)
     for attempt in search_lib.open_attempts(store, name):
         console.print(attempt.describe(), markup=False, highlight=False)
+    report.print_learned(console, learning.learned_in_study(store, name))
+    report.print_isolations(console, learning.isolations(store, name))
     report.print_best(console, outcome)
 
 
@@ -222,7 +225,7 @@ def probe(
     skip_engine: Annotated[bool, typer.Option("--no-engine", help="device and kernels only")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per probe")] = 300.0,
     budget: Annotated[
-        float, typer.Option("--budget", help="seconds after which no new engine launch starts (vLLM)")
+        float, typer.Option("--budget", help="seconds after which no new engine launch starts; the next probe launches what is left")
     ] = 480.0,
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""

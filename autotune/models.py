@@ -841,3 +841,4 @@ class ProbeReport(Record):
     host_key: str
     results: list[ProbeResult]
     reused: bool = False
+    resumed: int = Field(0, description="cells an earlier probe left untested that this one settled")

@@ -247,8 +247,42 @@ def print_probe(console: Console, result: Any) -> None:
     for p in result.results:
         table.add_row(p.feature, f"[{colors[p.status]}]{p.status}[/]", p.signature or "", p.evidence[:200])
     console.print(table)
+    if result.resumed:
+        console.print(f"resumed: {result.resumed} cell(s) an earlier probe left untested were launched now")
     if result.reused:
         console.print("[dim]stored results reused (same host fingerprint); --refresh probes again[/]")
+    print_untested(console, result.results)
+
+
+def print_untested(console: Console, results: list[Any]) -> None:
+    from probes.launch_order import untested_summary
+
+    untested = untested_summary(r for r in results if r.params)
+    if not untested:
+        return
+    console.print(f"[yellow]{sum(untested.values())} launch cell(s) stayed untested[/]; `autotune probe` again launches them:")
+    for why, count in sorted(untested.items(), key=lambda x: -x[1]):
+        console.print(f"  {count}: {why}")
+
+
+def print_learned(console: Console, learned: list[Any]) -> None:
+    """The knob values failures taught this study to skip, with the class and the trial."""
+    if not learned:
+        return
+    console.print("[bold]learned from failures[/] (skipped from now on, on this host)")
+    for row in learned:
+        values = ", ".join(f"{k}={v}" for k, v in row.knob_values.items())
+        console.print(f"  {values}: {row['failure_class']} in trial {row['trial']}", markup=False, highlight=False)
+
+
+def print_isolations(console: Console, isolations: list[Any]) -> None:
+    """What isolating unexplained failures found (autotune/learning.py), and what it cost."""
+    if not isolations:
+        return
+    launches = sum(i.launches for i in isolations)
+    console.print(f"[bold]isolated failures[/] ({launches} extra launch{'es' if launches != 1 else ''} in all)")
+    for isolation in isolations:
+        console.print(f"  {isolation.summary()}", markup=False, highlight=False)
 
 
 def print_plan(console: Console, plan_report: Any) -> None:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
+from autotune.learning import learn_from_failure
 from autotune.models import Candidate, Confirmation, Scalar, SearchSpace, TrialResult
 from autotune.noise import LaunchNoise
 from autotune.score import constraint_values, evaluate_gates, rank
@@ -393,10 +394,7 @@ class Tuner:
                 self.store.add_launch_sample(
                     self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number
                 )
-            if result.failure and result.failure.implicates:
-                self.store.add_failure(
-                    self.host_key, space.engine, result.failure, candidate, self.ctx.study, trial.number
-                )
+            if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
             self._tell(study, trial, result)
             done = self.store.trials(self.ctx.study)

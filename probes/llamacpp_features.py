@@ -20,11 +20,13 @@ import importlib.util
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import EngineUnavailable, ModelNotFound
-from autotune.models import ProbeResult, Scalar
+from autotune.models import ProbeResult, Scalar, SearchSpace
+from probes.launch_order import BUDGET_USED_UP, order_cells
 from probes.runner import emit, python_module_argv, run_probe_subprocess
 from probes.signatures import GOLDEN_MISMATCH_MARKER
 
@@ -86,13 +88,26 @@ def default_configs(draft_ks: tuple[int, ...] = DRAFT_KS) -> list[LlamaCppConfig
     return kv + [LlamaCppConfig(draft_k=k) for k in draft_ks]
 
 
+DEFAULTS: dict[str, Scalar] = {"type_k": "f16", "type_v": "f16", "flash_attn": False, "draft_k": 0}
+
+
 def probe_llamacpp(
     model_path: str,
     timeout_s: float = 120,
     n_threads: int = 2,
     configs: list[LlamaCppConfig] | None = None,
+    *,
+    budget_s: float | None = None,
+    space: SearchSpace | None = None,
+    settled: set[str] | frozenset[str] = frozenset(),
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[ProbeResult]:
     """Probe each config for real; the f16/f16 reference comes first in the returned list.
+
+    Configs run in probes.launch_order's order (what `space` uses first); those in `settled`
+    (decided by an earlier probe) are left out; those not started within `budget_s` (counted
+    after the reference, which always runs: the others are judged against it) come back
+    "untested" with the reason.
 
     :raises ModelNotFound: the model file does not exist.
     :raises EngineUnavailable: llama-cpp-python is not installed.
@@ -101,13 +116,20 @@ def probe_llamacpp(
         raise ModelNotFound(f"model file not found: {model_path}")
     if importlib.util.find_spec("llama_cpp") is None:
         raise EngineUnavailable("llama-cpp-python is not installed: pip install 'autotune[llamacpp]'")
-    wanted = [c for c in (configs if configs is not None else default_configs()) if c != REFERENCE]
-
+    wanted = [c for c in (configs if configs is not None else default_configs())
+              if c != REFERENCE and c.feature not in settled]
+    ordered = order_cells(wanted, lambda c: c.params, is_reference=lambda c: c == REFERENCE, space=space,
+                          defaults=DEFAULTS)
     reference, ref_tokens = _run(model_path, REFERENCE, timeout_s, n_threads)
     if ref_tokens is not None:
         reference = _judge(reference, ref_tokens, None)
     results = [reference]
-    for config in wanted:
+    deadline = None if budget_s is None else clock() + budget_s  # the budget is for the matrix
+    for config, why in ordered:
+        if deadline is not None and clock() > deadline:
+            results.append(ProbeResult(feature=config.feature, status="untested", params=config.params,
+                                       evidence=f"{BUDGET_USED_UP}; {why}"))
+            continue
         result, tokens = _run(model_path, config, timeout_s, n_threads)
         results.append(_judge(result, tokens, ref_tokens) if tokens is not None else result)
     return results

@@ -10,6 +10,12 @@ and engine build (a dtype the hardware lacks, a flag the engine rejects). Enviro
 (a missing package, a too-old Triton) never prune: fixing the environment fixes every candidate.
 `FailureInfo.implicates` is filled only for pruning signatures, because the study skips every
 later candidate holding the same values for the implicated knobs.
+
+A root cause is matched wherever it appears: in an eager traceback, below Dynamo's
+`torch._dynamo.exc.Unsupported` wrapper (a failed `assert` in compiled mode is reported as
+"Data-dependent assertion failed" with the assert's source line under "from user code:"), inside
+vLLM's engine-core error block and Ray's worker errors (their line prefixes, nested ones too, are
+stripped before matching; `RayTaskError(X)` is unwrapped to X by the traceback fallback).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ LLAMACPP = frozenset({"llamacpp"})
 
 _EVIDENCE_LINE_CHARS = 600
 _MESSAGE_CHARS = 240
+_MAX_SPAN_SHOWN = 3  # a match over more lines is shown by its first and last line
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,19 @@ class Signature:
 
 def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.MULTILINE)
+
+
+#: lines Dynamo prints between its `Unsupported` headline and the user code's source line
+_DYNAMO_WRAPPER_LINES = 30
+
+
+def _failed_assert(source: str) -> re.Pattern[str]:
+    """A failed `assert <source>` in either form: eager (the source line, then AssertionError a
+    few lines below) or compiled (Dynamo's "Data-dependent assertion failed" headline, its hints,
+    then "from user code:" and the same source line)."""
+    eager = rf"{source}(?:\n.*){{0,2}}?\n.*AssertionError.*"
+    compiled = rf"Data-dependent assertion failed.*(?:\n.*){{0,{_DYNAMO_WRAPPER_LINES}}}?\n\s*{source}.*"
+    return _rx(f"(?:{eager})|(?:{compiled})")
 
 
 # Flags and config-field names that do not spell the knob name directly.
@@ -210,7 +230,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---------------------------------------------------------------- attention backend x KV dtype (vLLM)
     Signature(
         "kv_dtype_rejected_at_forward",
-        _rx(r"assert self\.kv_cache_dtype in \{.*\}(?:\n.*){0,2}?\n.*AssertionError.*"),
+        _failed_assert(r"assert self\.kv_cache_dtype in \{.*\}"),
         "KV cache dtype for this attention backend",
         "skip this backend x KV dtype (TRITON_ATTN + fp8_e5m2 on vLLM 0.26.0): use fp8 / fp8_e4m3",
         implicates=("attention_backend", "kv_cache_dtype"),
@@ -293,6 +313,25 @@ SIGNATURES: tuple[Signature, ...] = (
         "attention sinks in this backend",
         "sinks need TRTLLM / FA3 / FA4: use TRITON_ATTN on SM12x",
         implicates=("attention_backend",),
+        prunes=True,
+        engines=VLLM,
+    ),
+    Signature(
+        "backend_sliding_window",
+        _rx(r"FlashInfer backend on SM90 currently crashes with sliding-window attention layers.*"),
+        "FlashInfer with sliding-window attention layers on this GPU",
+        "FlashInfer refuses sliding-window layers on SM90 (flashinfer#3578): TRITON_ATTN or FLASH_ATTN; "
+        "with the backend left to vLLM, avoid the KV dtype that makes it pick FlashInfer",
+        implicates=("attention_backend",),
+        prunes=True,
+        engines=VLLM,
+    ),
+    Signature(
+        "kv_dtype_arch_gated",
+        _rx(r"fp8e4nv data type is not supported on CUDA arch < 89.*|type fp8e4nv not supported in this architecture.*"),
+        "fp8 (e4m3) KV cache in Triton kernels on this GPU",
+        "Triton has no e4m3 lowering before sm_89: fp8_e5m2 / bf16 KV on this GPU",
+        implicates=("kv_cache_dtype",),
         prunes=True,
         engines=VLLM,
     ),
@@ -483,10 +522,20 @@ SIGNATURES: tuple[Signature, ...] = (
 UNCLASSIFIED = "unclassified_crash"
 
 _PREFIX_RE = re.compile(
-    r"^\s*(?:\([\w.:-]+ pid=\d+\)\s*)?"  # vLLM's process prefix: "(EngineCore_DP0 pid=333) "
-    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\]\s*)?"
+    # process prefixes, nested ones too: "(EngineCore_DP0 pid=333) (RayWorkerWrapper pid=861, ip=10.0.0.2) "
+    r"^\s*(?:\((?:[\w.:-]+ )*pid=\d+(?:, ip=[\d.]+)?\)\s*)*"
+    r"(?:\[rank\d+\]:\s*)?"  # torch.distributed's "[rank0]: "
+    # vLLM's level + time + "[file.py:123]" (older releases: "file.py:123]")
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]*\]|[\w.]+:\d+\])\s*)?"
 )
-_EXCEPTION_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+_EXCEPTION_RE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|exc\.Unsupported)(?:\([\w.]+\))?)(?::\s*(.*))?$"
+)
+# wrappers whose own line is not the root cause: Ray's RayTaskError(X) carries X; Dynamo's
+# Unsupported carries the user code's line below "from user code:"
+_RAY_WRAPPER_RE = re.compile(r"^ray\.exceptions\.\w+\((\w+)\)")
+_DYNAMO_UNSUPPORTED = "torch._dynamo.exc.Unsupported"
+_USER_CODE = "from user code:"
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME_RE = re.compile(r'^File "[^"]*", line \d+')
 
@@ -560,7 +609,9 @@ def _failure(
 ) -> FailureInfo:
     first = bisect.bisect_right(starts, match.start()) - 1
     last = bisect.bisect_right(starts, max(match.start(), match.end() - 1)) - 1
-    matched = [lines[i].strip() for i in range(first, last + 1)]
+    # a match across a wrapper (Dynamo's hints between headline and source line): its two ends
+    shown = list(range(first, last + 1)) if last - first <= _MAX_SPAN_SHOWN else [first, last]
+    matched = [lines[i].strip() for i in shown]
     implicates = list(sig.implicates)
     if sig.knob_from_flag and match.groupdict().get("flag"):
         knob = knob_for_flag(match.group("flag"))
@@ -575,17 +626,18 @@ def _failure(
         failure_class=sig.failure_class,
         feature=feature,
         message=_one_line(f"{sig.failure_class}: {headline}", _MESSAGE_CHARS),
-        evidence=_evidence(raw_lines, first, last),
+        evidence=_evidence(raw_lines, shown),
         implicates=implicates if sig.prunes else [],
         fix=sig.fix,
     )
 
 
-def _evidence(raw_lines: list[str], first: int, last: int) -> list[str]:
+def _evidence(raw_lines: list[str], shown: list[int]) -> list[str]:
     """The matched lines plus at most two lines of context (one before, one after)."""
+    first, last = shown[0], shown[-1]
     before = next((i for i in range(first - 1, -1, -1) if _informative(raw_lines[i])), None)
     after = next((i for i in range(last + 1, len(raw_lines)) if _informative(raw_lines[i])), None)
-    picked = ([before] if before is not None else []) + list(range(first, last + 1))
+    picked = ([before] if before is not None else []) + shown
     picked += [after] if after is not None else []
     return [_one_line(raw_lines[i].rstrip(), _EVIDENCE_LINE_CHARS) for i in picked]
 
@@ -606,28 +658,62 @@ def _without_traceback_source(lines: Iterable[str]) -> list[str]:
 
 
 def _informative(line: str) -> bool:
-    # skips blank lines, llama.cpp's progress dots and traceback caret rows
-    return sum(ch.isalnum() for ch in line) >= 3
+    # skips blank lines (a bare process prefix too), llama.cpp's progress dots and traceback caret rows
+    return sum(ch.isalnum() for ch in _PREFIX_RE.sub("", line, count=1)) >= 3
 
 
 def _traceback_fallback(raw_lines: list[str], lines: list[str]) -> FailureInfo | None:
-    if not any(_TRACEBACK in line for line in lines):
-        return None
+    if not any(_TRACEBACK in line or _RAY_WRAPPER_RE.match(line.strip()) for line in lines):
+        return None  # a crash report: a Python traceback, or Ray's error carrying a remote one
     hits = [i for i, line in enumerate(lines) if _EXCEPTION_RE.match(line.strip())]
     if not hits:
         return None
-    root, outer = hits[0], hits[-1]
+    root, outer = _unwrapped(lines, hits[0]), hits[-1]
+    headline = lines[root].strip()
     evidence = [_one_line(raw_lines[root].strip(), _EVIDENCE_LINE_CHARS)]
+    if lines[hits[0]].strip().startswith(_DYNAMO_UNSUPPORTED):
+        source = _user_code_line(raw_lines, hits[0])
+        if source is not None:
+            headline += f" | {_PREFIX_RE.sub('', raw_lines[source], count=1).strip()}"
+            evidence.append(_one_line(raw_lines[source].strip(), _EVIDENCE_LINE_CHARS))
     if outer != root:
         evidence.append(_one_line(raw_lines[outer].strip(), _EVIDENCE_LINE_CHARS))
     return FailureInfo(
         failure_class=UNCLASSIFIED,
         feature=None,
-        message=_one_line(f"{UNCLASSIFIED}: {lines[root].strip()}", _MESSAGE_CHARS),
+        message=_one_line(f"{UNCLASSIFIED}: {headline}", _MESSAGE_CHARS),
         evidence=evidence,
         implicates=[],
         fix="no known signature: read the evidence, then add a row to probes/signatures.py",
     )
+
+
+def _unwrapped(lines: list[str], first_hit: int) -> int:
+    """The line of the root exception: Ray's `RayTaskError(X)` points at the first `X` line after it."""
+    wrapper = _RAY_WRAPPER_RE.match(lines[first_hit].strip())
+    if wrapper is None:
+        return first_hit
+    inner = wrapper.group(1)
+    return next(
+        (i for i in range(first_hit + 1, len(lines)) if re.match(rf"{inner}\b(?!\()", lines[i].strip())), first_hit
+    )
+
+
+def _user_code_line(raw_lines: list[str], headline: int) -> int | None:
+    """The source line Dynamo quotes last under "from user code:" after `headline` (the failing one)."""
+    lines = [_PREFIX_RE.sub("", line, count=1) for line in raw_lines]
+    start = next((i for i in range(headline, min(len(lines), headline + 60)) if lines[i].strip() == _USER_CODE), None)
+    if start is None:
+        return None
+    source = None
+    for i in range(start + 1, min(len(lines), start + 40)):
+        stripped = lines[i].strip()
+        if _FRAME_RE.match(stripped):
+            continue
+        if not stripped or stripped.startswith("Set TORCHDYNAMO_VERBOSE"):
+            break
+        source = i
+    return source
 
 
 def knob_for_flag(flag: str) -> str:

@@ -10,7 +10,9 @@
     requires non-empty text, and classifies failures with probes.signatures. vLLM cannot switch
     KV dtype or backend inside one process, so each combination is one launch; launches are made
     cheap (--enforce-eager, --load-format dummy, a short context, a fixed small KV cache) and can
-    run side by side on one GPU (--parallel).
+    run side by side on one GPU (--parallel). They run riskiest first (probes/launch_order.py:
+    the reference, then what --space uses that the selector accepted but no launch confirmed),
+    so a budget (--budget-s) leaves the safe cells untested, not the ones likely to fail.
 
   python -m probes.vllm_features --model DIR --out results.json [--launch] [--timeout 300]
       [--kv auto fp8 ...] [--backends auto FLASH_ATTN ...] [--draft-k 0 4] [--combos fp8:TRITON_ATTN,...]
@@ -45,6 +47,7 @@ from autotune.engines.vllm import (
 )
 from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.models import Candidate, ModelSpec, ProbeResult, Scalar
+from probes.launch_order import BUDGET_USED_UP, order_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTOR_MARK = "AUTOTUNE_SELECTOR "
@@ -534,7 +537,7 @@ def launch_matrix(
     def run(combo: Combo) -> ProbeResult:
         if deadline is not None and time.monotonic() > deadline:
             result = ProbeResult(feature=f"launch:{combo.label()}", status="untested", params=combo.params(),
-                                 evidence="not launched: the time budget (--budget-s) was used up")
+                                 evidence=BUDGET_USED_UP)
         else:
             name = re.sub(r"[^\w.=-]+", "_", combo.label())
             for attempt in ("", "-retry"):
@@ -623,6 +626,20 @@ def refused_combos(combos: Iterable[Combo], results: Iterable[dict[str, Any]]) -
             if c.kv_cache_dtype in refused_kv or (c.kv_cache_dtype, c.attention_backend) in refused_pairs]
 
 
+DEFAULTS: dict[str, Scalar] = {"kv_cache_dtype": "auto", "attention_backend": None, "draft_k": 0, "spec_method": None}
+
+
+def plan_launches(combos: list[Combo], space_name: str | None, prior: Iterable[dict[str, Any]]) -> dict[Combo, str]:
+    """The combos in launch order (probes/launch_order.py), each with why it sits there."""
+    from autotune.space import load_space
+
+    space = load_space(space_name) if space_name else None
+    prior_results = [ProbeResult.model_validate(r) for r in prior]
+    ordered = order_cells(combos, Combo.params, is_reference=lambda c: c.is_reference, space=space,
+                          defaults=DEFAULTS, prior=prior_results)
+    return dict(ordered)
+
+
 def _usable_fast_params(python: str, base: dict[str, Scalar]) -> tuple[dict[str, Scalar], dict[str, str], list[str]]:
     """Drop launch settings (and probe env vars) this vLLM does not have, instead of failing on them."""
     from autotune.engines import vllm as V
@@ -679,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-selector", action="store_true")
     parser.add_argument("--logs", metavar="DIR", help="engine logs (default: next to --out)")
     parser.add_argument("--python", default=sys.executable, help="interpreter that has vLLM")
+    parser.add_argument("--space", metavar="NAME|FILE",
+                        help="launch first what this search space uses (probes/launch_order.py)")
     args = parser.parse_args(argv)
 
     out = Path(args.out)
@@ -734,9 +753,13 @@ def main(argv: list[str] | None = None) -> int:
                 line = f"{result.status:9s} {result.duration_s:6.1f}s {result.feature}  {result.signature or ''}"
                 print(line, flush=True)
 
+        why = plan_launches(combos, args.space, payload["results"])
+        combos = list(why)
         results = launch_matrix(model_dir, combos, log_dir=log_dir, engine=VllmEngine(python=args.python),
                                 base_params=base, env=env, timeout_s=args.timeout, parallel=args.parallel,
                                 budget_s=args.budget_s, golden=args.golden, on_result=record)
+        results = [r.model_copy(update={"evidence": f"{r.evidence}; {why[c]}"}) if r.status == "untested" else r
+                   for r, c in zip(results, combos)]
         launched = {r.feature for r in results}
         payload["results"] = [r for r in payload["results"] if r["feature"] not in launched]
         payload["results"] += [r.model_dump() for r in results]

@@ -224,3 +224,119 @@ def test_signature_table_rows() -> None:
 def test_classify_file_missing_raises_probe_error(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match="cannot read log"):
         classify_file(tmp_path / "nope.log")
+
+
+# ---------------------------------------------------------------- the corpus: recordings vs hand-written
+
+RECORDING = "# recording: "
+HAND_WRITTEN = "# hand-written (not a recording): "
+ALL_LOGS = sorted(LOGS.glob("*.log"))
+
+
+def header(path: Path) -> str:
+    return path.read_text().split("\n", 1)[0]
+
+
+def recordings() -> list[Path]:
+    return [p for p in ALL_LOGS if header(p).startswith(RECORDING)]
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=[p.name for p in ALL_LOGS])
+def test_every_log_says_whether_it_is_a_recording_and_where_from(path: Path) -> None:
+    first = header(path)
+    assert first.startswith((RECORDING, HAND_WRITTEN)), f"{path.name}: first line must be '{RECORDING}<source>' or '{HAND_WRITTEN}<why>'"
+    if first.startswith(RECORDING):
+        # a public issue, or the script that records it here (machine, engine version, command)
+        assert re.search(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|scripts/record_logs\.py on .+ \d{4}-\d\d-\d\d: ", first), first
+
+
+def test_the_corpus_is_mostly_recorded_where_a_recording_can_be_had() -> None:
+    recorded = {p.name for p in recordings()}
+    # everything llama.cpp fails with on this CPU is recorded here, not written by hand
+    assert all(name in recorded for name in (p.name for p in ALL_LOGS if "llamacpp" in p.name))
+    assert len(recorded) >= 12
+
+
+def _strip(line: str) -> str:
+    from probes.signatures import _PREFIX_RE
+
+    return _PREFIX_RE.sub("", line, count=1).strip()
+
+
+@pytest.mark.parametrize("path", recordings(), ids=[p.name for p in recordings()])
+def test_every_recording_classifies_and_no_known_row_hides_as_unclassified(path: Path) -> None:
+    text = path.read_text()
+    info = classify(text, engine=engine_of(path))
+    if "__" in path.name:
+        assert (info.failure_class if info else None) == expected_class(path)
+    if info is not None and info.failure_class == UNCLASSIFIED:
+        lines = [_strip(line) for line in text.splitlines()[1:]]
+        hidden = [(s.failure_class, line) for s in SIGNATURES if s.applies_to(engine_of(path))
+                  for line in lines if s.pattern.search(line)]
+        assert not hidden, f"{path.name} is unclassified_crash but a row matches: {hidden[:2]}"
+
+
+# ---------------------------------------------------------------- root causes through wrappers
+
+WRAPPED_PAIRS = [
+    ("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log",
+     "kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2_compiled.log"),
+]
+RAY_PREFIX = "(EngineCore_DP0 pid=683) (RayWorkerWrapper pid=861, ip=10.0.0.2) "
+
+
+@pytest.mark.parametrize(("eager", "compiled"), WRAPPED_PAIRS)
+def test_eager_and_compiled_forms_classify_alike(eager: str, compiled: str) -> None:
+    a, b = classify(read(eager), engine="vllm"), classify(read(compiled), engine="vllm")
+    assert a.failure_class == b.failure_class == expected_class(LOGS / eager)
+    assert a.implicates == b.implicates == ["attention_backend", "kv_cache_dtype"]
+    # the compiled form shows Dynamo's headline and the assert it hides, not Dynamo's hints
+    assert any("Data-dependent assertion failed" in line for line in b.evidence)
+    assert any('assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}' in line for line in b.evidence)
+    assert not any("Hint:" in line for line in b.evidence) and len(b.evidence) <= 6
+
+
+ROWED = [p for p in FIXTURES if expected_class(p) not in (None, UNCLASSIFIED)]
+
+
+@pytest.mark.parametrize("path", ROWED, ids=[p.name for p in ROWED])
+def test_every_row_survives_a_ray_worker_prefix(path: Path) -> None:
+    """Ray's worker lines inside vLLM's engine core carry two process prefixes."""
+    body = path.read_text().split("\n", 1)[1]
+    wrapped = "\n".join(RAY_PREFIX + line for line in body.splitlines())
+    want = classify(body, engine=engine_of(path))
+    got = classify(wrapped, engine=engine_of(path))
+    assert (got.failure_class, got.implicates) == (want.failure_class, want.implicates)
+
+
+def test_ray_task_error_is_unwrapped_to_the_workers_exception() -> None:
+    info = classify(read("unclassified_crash__vllm_ray_worker_in_engine_core_issue27645.log"))
+    assert info.message == "unclassified_crash: AssertionError: ('placeholder', 0, 'out_of_band_tensors', [])"
+    log = (
+        "ray.exceptions.RayTaskError(KeyError): ray::RayWorkerWrapper.execute_method() (pid=12, ip=10.0.0.2)\n"
+        "  File \"/x/worker.py\", line 3, in load\n"
+        "    params[name]\n"
+        "KeyError: 'model.layers.0.self_attn.q_norm.weight'\n"
+    )
+    assert classify(log).message == "unclassified_crash: KeyError: 'model.layers.0.self_attn.q_norm.weight'"
+    info = classify(read("unclassified_crash__vllm_ray_task_error_issue8158.log"))
+    assert "RayTaskError(AssertionError)" in info.message
+
+
+def test_an_unknown_assert_under_dynamo_names_the_users_source_line() -> None:
+    compiled = read("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2_compiled.log")
+    unknown = compiled.replace('assert self.kv_cache_dtype in {"fp8", "fp8_e4m3", "nvfp4"}',
+                               "assert intermediate_tensors is not None")
+    info = classify(unknown, engine="vllm")
+    assert info.failure_class == UNCLASSIFIED
+    assert info.message.startswith("unclassified_crash: torch._dynamo.exc.Unsupported: Data-dependent assertion failed")
+    assert "assert intermediate_tensors is not None" in info.message
+
+
+def test_flashinfer_sliding_window_refusal_on_sm90_is_a_row() -> None:
+    info = classify(read("backend_sliding_window__vllm_flashinfer_sm90_issue48495.log"), engine="vllm")
+    assert info.failure_class == "backend_sliding_window"
+    assert info.implicates == ["attention_backend"] and "TRITON_ATTN" in info.fix
+    line = ("(EngineCore_DP0 pid=9) ERROR 12-01 10:00:00 [core.py:842] NotImplementedError: FlashInfer backend on SM90 "
+            "currently crashes with sliding-window attention layers. Use the default attention backend.")
+    assert classify("Traceback (most recent call last):\n" + line, engine="vllm").failure_class == "backend_sliding_window"

@@ -1,0 +1,131 @@
+"""What a failed trial teaches the study, stored as learned failures in runs.db.
+
+- A signature that implicates knobs: learn their values. When an implicated knob was left to the
+  engine (None) and the engine reported what it selected, blame the selection instead: the
+  selected value fails when asked for explicitly too, and "left to the engine" fails only together
+  with the knobs that steer that selection (a KV dtype makes vLLM pick FlashInfer), not always.
+- A failure no signature explains (no implicated knobs, not the environment): isolate the knob
+  values that broke (autotune/isolation.py) and learn those, with the evidence and the cost.
+
+Isolation records live in their own table, `isolations` (own migration set, so this module's
+schema evolves apart from store.py's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from autotune.isolation import Isolation, isolate, smoke_launch
+from autotune.models import Candidate, FailureInfo, Scalar, TrialResult, utc_now
+from autotune.store import LearnedFailure, Store
+from autotune.trial import TrialContext
+
+#: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
+SELECTION_INPUTS: dict[str, tuple[str, ...]] = {
+    "attention_backend": ("kv_cache_dtype", "block_size"),
+    "moe_backend": ("quantization",),
+}
+#: failures that say nothing about a knob value: never isolated
+NOT_ISOLATED = frozenset({
+    "startup_timeout", "missing_dependency", "stale_env", "triton_too_old", "flashinfer_jit_arch",
+    "build_target_mismatch", "nccl_system_error", "nccl_liveness", "no_kernel_image", "probe_timeout",
+    "oom", "kv_cache_memory",
+    "serving_failed",  # the engine stayed up and a measured request failed: load, not a knob value
+    "configuration_error",  # the study's own settings (e.g. its needle test) do not fit: no knob broke
+    "host_memory",  # the watchdog stopped it: memory, which depends on every knob
+})
+
+MIGRATIONS = Migrations("autotune-learning")
+
+
+@MIGRATIONS()
+def m001_isolations(db: sqlite_utils.Database) -> None:
+    db["isolations"].create(
+        {"id": int, "study": str, "trial": int, "host_key": str, "engine": str, "created_at": str, "result": str},
+        pk="id",
+    )
+
+
+def save_isolation(store: Store, host_key: str, engine: str, isolation: Isolation) -> None:
+    MIGRATIONS.apply(store.db)
+    store.db["isolations"].insert({
+        "study": isolation.study, "trial": isolation.trial, "host_key": host_key, "engine": engine,
+        "created_at": utc_now(), "result": isolation.model_dump_json(),
+    })
+
+
+def isolations(store: Store, study: str) -> list[Isolation]:
+    if "isolations" not in store.db.table_names():
+        return []
+    rows = store.db["isolations"].rows_where("study = ?", [study], order_by="id")
+    return [Isolation.model_validate_json(row["result"]) for row in rows]
+
+
+def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:
+    """The failures this study's trials taught (knob values now skipped on this host)."""
+    return [LearnedFailure(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]
+
+
+def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str], baseline: Candidate) -> list[dict[str, Scalar]]:
+    """The knob values to learn from a failure whose signature implicates knobs (see module doc)."""
+    values = {k: candidate.params.get(k) for k in failure.implicates}
+    left_to_engine = [k for k, v in values.items() if v is None and selected.get(k)]
+    if not left_to_engine:
+        return [values]
+    learned = []
+    for knob in left_to_engine:
+        learned.append({**{k: v for k, v in values.items() if k != knob}, knob: selected[knob]})
+    steering = {
+        k: candidate.params.get(k)
+        for knob in left_to_engine
+        for k in SELECTION_INPUTS.get(knob, ())
+        if k in candidate.params and candidate.params.get(k) != baseline.params.get(k)
+    }
+    learned.append({**values, **steering})
+    return learned
+
+
+def learn_from_failure(
+    ctx: TrialContext,
+    store: Store,
+    host_key: str,
+    result: TrialResult,
+    baseline: Candidate,
+    events: Callable[[str], None] = lambda _: None,
+    max_launches: int | None = None,
+) -> bool:
+    """Store what `result` (a failed trial) teaches; True when a learned failure was added."""
+    failure = result.failure
+    if result.status != "failed" or failure is None:
+        return False
+    engine = ctx.space.engine
+    if failure.implicates:
+        for values in blamed(failure, result.candidate, result.selected, baseline):
+            _learn(store, host_key, engine, failure, result, values, failure.evidence)
+        return True
+    if failure.failure_class in NOT_ISOLATED:
+        return False
+    knobs = [k.name for k in ctx.space.knobs if k.kind == "arg"]
+    events("isolating the knob that broke")
+    options = {} if max_launches is None else {"max_launches": max_launches}
+    found = isolate(result, store.trials(ctx.study), knobs,
+                    lambda candidate, name: smoke_launch(ctx, candidate, name), **options)
+    save_isolation(store, host_key, engine, found)
+    if not found.isolated:
+        return False
+    evidence = [*failure.evidence, f"autotune: {found.summary()}"]
+    _learn(store, host_key, engine, failure, result, found.isolated, evidence)
+    return True
+
+
+def _learn(
+    store: Store, host_key: str, engine: str, failure: FailureInfo, result: TrialResult,
+    values: dict[str, Scalar], evidence: list[str],
+) -> None:
+    # add_failure takes the values from the candidate: hand it one holding exactly these
+    holder = Candidate(engine=engine, params={**result.candidate.params, **values}, env=result.candidate.env)
+    learned = failure.model_copy(update={"implicates": list(values), "evidence": evidence})
+    store.add_failure(host_key, engine, learned, holder, result.study, result.number)
