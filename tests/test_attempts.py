@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.models import Candidate, TrialResult
 from autotune.store import Store
+from procs import engine_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,17 +115,6 @@ workload:
 """
 
 
-def engine_pids(alias: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "llama_cpp.server" in cmd and alias in cmd:
-                pids.append(int(entry.name))
-    return pids
 
 
 def search_process(space: Path, db: Path, tmp_path: Path) -> subprocess.Popen:

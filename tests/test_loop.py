@@ -20,6 +20,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.store import Store
+from procs import engine_pids
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,18 +54,6 @@ gates:
 """
 
 
-def engine_pids(alias: str) -> list[int]:
-    """llama.cpp server processes serving this test's model alias (read from /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "llama_cpp.server" in cmd and alias in cmd:
-                pids.append(int(entry.name))
-    return pids
 
 
 @pytest.fixture
