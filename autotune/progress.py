@@ -58,6 +58,8 @@ def fmt_duration(seconds: float | None) -> str:
     seconds = max(0.0, seconds)
     if seconds < 90:
         return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
