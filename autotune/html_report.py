@@ -133,7 +133,7 @@ def pareto_figure(ran: list[TrialResult], best: TrialResult | None) -> go.Figure
                 col=col,
             )
     fig.update_xaxes(title_text="decode tok/s (objective)")
-    fig.update_yaxes(title_text="accuracy (qeval, else needle)", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy (qeval, else needle)", tickformat=".0%", range=[-0.03, 1.05], row=1, col=1)
     fig.update_yaxes(title_text="TTFT ms (prose, median)", row=1, col=2)
     return fig
 
@@ -363,12 +363,11 @@ def build_html(store: Store, study: str) -> str:
     ran = [t for t in launched if t.status == "ok" and t.objective is not None]
     hosts = list(store.db["hosts"].rows_where("key = ?", [row["host_key"]]))
     probes = store.probe_results(row["host_key"])
-    figures = [("pareto", "Pareto fronts", pareto_figure(ran, outcome.best), 440)]
     knobs = knob_figure(ran, space)
     predicted = predicted_figure(ran)
     sections = [
         ("verdict", "Verdict", verdict_section(outcome)),
-        ("pareto", "Pareto fronts", _figure_html(figures[0][2], "plot-pareto", 440)
+        ("pareto", "Pareto fronts", _figure_html(pareto_figure(ran, outcome.best), "plot-pareto", 440)
          + "<p class='meta'>Each point is a trial that ran; the dotted line joins the trials no other "
            "gate-passing trial beats on both axes.</p>"),
         ("knobs", "Throughput per knob value (what mattered)",

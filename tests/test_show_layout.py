@@ -41,9 +41,8 @@ def _ok(number: int, params: dict, tps: float, gates: list[GateOutcome] | None =
                   predicted={"decode_tps": 33.2})
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "runs.db"
+def build_db(path: Path) -> Path:
+    """runs.db with one study of four trials saved through the Store: ran, ran, failed, rejected."""
     store = Store(path)
     store.save_study(STUDY, load_space("llamacpp-gemma3-270m"), "cpu", 1, "host")
     for trial in [
@@ -56,6 +55,11 @@ def db(tmp_path: Path) -> Path:
     ]:
         store.save_trial(trial)
     return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return build_db(tmp_path / "runs.db")
 
 
 def column_text(out: str) -> str:
