@@ -1,6 +1,6 @@
 """One tiny real study per test session: llama.cpp + Gemma 3 270M through `autotune search` in a
 subprocess (its stdout piped, as a person's `| tee` would), with accuracy gates and a
-confirmation round. The report, optuna-dashboard, sqlite-utils, show and export tests read it.
+confirmation round, after `autotune probe --no-engine` (device and kernel probes). The report, optuna-dashboard, sqlite-utils, show and export tests read it.
 
 A small space (n_threads x type_v: 4 candidates) and a short workload keep it to a few minutes
 on 2 CPU cores. type_v=q8_0 without flash attention fails for real, so the study holds a failed
@@ -62,7 +62,7 @@ class RealStudy:
 def run_autotune(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess[str]:
     """`python -m autotune ARGS` with stdout piped (no terminal: rich renders 80 columns)."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True, text=True, **kwargs
     )
@@ -80,6 +80,9 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, gguf: Path) -> RealStud
     (root / "alias").write_text(alias)
     space = root / "space.yaml"
     space.write_text(SPACE.format(alias=alias, model=gguf))
+    # the host's device and kernel probes (no engine launches: a few seconds) fill the report's matrix
+    probe = run_autotune(["probe", "--space", str(space), "--db", "runs.db", "--no-engine"], root, timeout=300)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
     args = ["search", "--space", str(space), "--db", "runs.db", "--study", STUDY, "--trials", "4", "--confirm-rounds", "1"]
     out = run_autotune(args, root, timeout=1200)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -141,9 +141,11 @@ def test_exported_shell_script_parses_with_llama_cpp_servers_own_parser(tmp_path
     assert parsed["server"]["port"] == recipe["launch"]["port"]
     argv = node["argv"]
     assert parsed["model"]["model"] == argv[argv.index("--model") + 1] == str(gemma_gguf)
-    for key, value in recipe["params"].items():
-        if key in parsed["model"] and key != "draft_k":
-            assert str(parsed["model"][key]).lower() == str(value).lower(), key
+    flags = argv[3:]
+    for flag, value in zip(flags[::2], flags[1::2]):  # every --flag VALUE landed in a setting
+        key = flag.removeprefix("--")
+        settings = parsed["model"] if key in parsed["model"] else parsed["server"]
+        assert str(settings[key]).lower() == value.lower(), key
 
     docker = _export(tmp_path, [*db, "--format", "docker", "--image", "ghcr.io/example/llama-cpp-python:0.3.36"], "d.sh")
     (command,) = script_commands(docker.read_text())

@@ -59,6 +59,7 @@ def test_report_of_a_real_study_draws_its_plots_in_chromium(tmp_path_factory, ge
     assert "learned: flash_attn=False, type_v=q8_0" in html  # a pruned candidate with its reason
     assert "confirmation (1 interleaved rounds" in html
     assert "python3 -m llama_cpp.server" in html  # the recipe's launch
+    assert "kernel:fp8_scaled_mm" in html  # the host's probe matrix
 
     dom = dump_dom(page)
     ran = [t for t in trials if t.status == "ok"]

@@ -4,6 +4,7 @@ a status clock that moves on its own, the engine log while it starts, requests a
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,53 @@ def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_pa
     assert "8 candidates, 8 left to try after pruning; this run: 3 trials + 1 confirmation rounds" in out
     assert "1 of 3 trials done" in out and "ETA 6.7 min (median trial 1.7 min x 2 left + 2 confirmation launches)" in out
     assert "ETA 6.0 min (median trial 2.0 min x 1 left + 2 confirmation launches)" in out
+
+
+class Recorder:
+    """A Reporter that keeps every event text."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def trial_started(self, number, launched, total, candidate) -> None:
+        self.events.append(f"started {number}")
+
+    def trial_event(self, text: str) -> None:
+        self.events.append(text)
+
+    def trial_finished(self, result, best) -> None:
+        self.events.append(f"finished {result.number} {result.status}")
+
+    def trial_skipped(self, result) -> None:
+        pass
+
+
+@pytest.mark.engine
+def test_a_real_trial_reports_requests_and_items_done(tmp_path, gemma_gguf):
+    from real_study import SPACE
+    from autotune.search import run
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE.format(alias="progress-test", model=gemma_gguf))
+    plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="p", hardware=None,
+                   nodes=None, accuracy=True, logs_dir=tmp_path / "logs")
+    recorder = Recorder()
+    run(plan, trials=1, reporter=recorder)
+    events = recorder.events
+    assert events[-1] == "finished 0 ok", events
+    for done in ("warm-up: 1/1 requests done", "decode (prose): 2/2 requests done",
+                 "decode (structured): 2/2 requests done", "needle: 1/1 items done", "qeval: 6/6 items done"):
+        assert done in events, (done, events)
+    assert events.index("starting engine") < events.index("decode (prose): 1/2 requests done")
+
+
+@pytest.mark.engine
+def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_each_trial(tmp_path_factory, gemma_gguf):
+    from real_study import real_study
+
+    out = real_study(tmp_path_factory, gemma_gguf).search_output
+    plan_at, first_at = out.index("plan study views: 4 candidates, 4 left to try"), out.index("trial 1 of 4")
+    assert plan_at < first_at
+    assert "this run: 4 trials + 1 confirmation rounds (2 launches, decode only)" in out
+    assert "estimate: ~" in out[plan_at:first_at]
+    assert re.search(r"1 of 4 trials done, .* elapsed; ETA [\d.]+ (s|min) \(median trial", out)
