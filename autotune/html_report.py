@@ -249,6 +249,8 @@ def verdict_section(outcome: StudyOutcome) -> str:
             f"alternately): {_e(c.verdict)}<br>best {[round(x, 1) for x in c.best_samples]} vs baseline "
             f"{[round(x, 1) for x in c.baseline_samples]} tok/s; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
         )
+    elif base is not None and best.number == base.number:
+        lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
     else:
         lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
     gates = "; ".join(f"{g.gate}: {'pass' if g.passed else 'FAIL'} ({g.detail})" for g in best.gates)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 # engine start to healthy when nothing was measured yet: guesses, said as such in the forecast
 STARTUP_GUESS_S = {"llamacpp": 5.0, "vllm": 120.0}
-PROMPTS_PER_SET_SHIPPED = 3  # autotune/bench/prompts/*.yaml hold at least this many prompts each
+PROMPTS_PER_SET_SHIPPED = 3
+QEVAL_PROMPT_TOKENS_GUESS = 400  # a few-shot qeval prompt, roughly  # autotune/bench/prompts/*.yaml hold at least this many prompts each
 
 
 class RunForecast(BaseModel):
@@ -118,6 +119,7 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
     in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
     if accuracy and space.gates.qeval:
         out_tokens += phases["qeval"] * space.gates.qeval.max_tokens // 2
+        in_tokens += phases["qeval"] * QEVAL_PROMPT_TOKENS_GUESS
     if accuracy and space.gates.needle:
         out_tokens += phases.get("needle", 0) * space.gates.needle.max_tokens
         in_tokens += phases.get("needle", 0) * ctx // 2

@@ -190,6 +190,9 @@ class RichReporter:
         self._stop_status()
 
 
+QUICK_S = 15 * 60  # longer than this, the forecast says how to get a first answer sooner
+
+
 def forecast_text(plan: RunForecast) -> str:
     resumed = f", {plan.measured} already measured" if plan.measured else ""
     confirm = (
@@ -197,11 +200,15 @@ def forecast_text(plan: RunForecast) -> str:
         if plan.confirm_rounds
         else ""
     )
+    sooner = (
+        "; a first answer sooner: --trials 3 --confirm-rounds 0 --no-accuracy, or --time-budget MIN"
+        if plan.total_s is not None and plan.total_s > QUICK_S
+        else ""
+    )
     return (
         f"[bold]plan[/] study {plan.study}: {plan.candidates_total} candidates, {plan.candidates_left} left to try "
         f"after pruning{resumed}; this run: {plan.trials} trials{confirm}\n"
-        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch: {plan.basis}); "
-        "a first answer sooner: --trials 3 --confirm-rounds 0, or --time-budget MIN"
+        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch: {plan.basis}){sooner}"
     )
 
 

@@ -57,7 +57,12 @@ def test_report_of_a_real_study_draws_its_plots_in_chromium(tmp_path_factory, ge
     failed = [t for t in trials if t.status == "failed"]
     assert failed and failed[0].failure.failure_class in html  # the failure class of the q8_0 V trial
     assert "learned: flash_attn=False, type_v=q8_0" in html  # a pruned candidate with its reason
-    assert "confirmation (1 interleaved rounds" in html
+    best = Store(study.db).trials(study.study)
+    outcome_best = max((t for t in best if t.feasible), key=lambda t: t.score or 0.0)
+    if outcome_best.number != 0:  # which config wins on a loaded 2-core machine is not fixed
+        assert "confirmation (1 interleaved rounds" in html
+    else:
+        assert "The baseline (engine defaults) is the best config measured." in html
     assert "python3 -m llama_cpp.server" in html  # the recipe's launch
     assert "kernel:fp8_scaled_mm" in html  # the host's probe matrix
 

@@ -225,3 +225,14 @@ def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_eac
     assert "this run: 4 trials + 1 confirmation rounds (2 launches, decode only)" in out
     assert "estimate: ~" in out[plan_at:first_at]
     assert re.search(r"1 of 4 trials done, .* elapsed; ETA [\d.]+ (s|min) \(median trial", out)
+
+
+def test_a_long_forecast_says_how_to_get_a_first_answer_sooner():
+    from autotune.progress import RunForecast
+    from autotune.report import forecast_text
+
+    long = RunForecast(study="s", candidates_total=1152, candidates_left=864, measured=0, trials=10,
+                       confirm_rounds=2, trial_s=318.0, basis="median of 12 earlier trials")
+    assert "~74 min" in forecast_text(long) and "--trials 3 --confirm-rounds 0 --no-accuracy" in forecast_text(long)
+    short = long.model_copy(update={"trials": 2, "confirm_rounds": 0, "trial_s": 60.0})
+    assert "~2.0 min" in forecast_text(short) and "sooner" not in forecast_text(short)
