@@ -78,7 +78,7 @@ class ProgressLine:
         parts = [f"{self.label}: {self.phase} ({now - self.phase_started:.0f} s)", f"trial {now - self.started:.0f} s"]
         eta = self.eta(now - self.started)
         if eta is not None:
-            parts.append(f"ETA {fmt_duration(eta)}")
+            parts.append(f"ETA {fmt_duration(eta)}" if eta > 0 else "ETA: running past the typical trial time")
         line = ", ".join(parts)
         if self.phase.startswith("starting"):
             last = last_log_line(self.log_dir)

@@ -53,6 +53,8 @@ def test_status_line_clock_moves_without_new_events_and_shows_the_engine_log(tmp
     clock.now += 2
     text = line.text()
     assert "decode (prose): 2/9 requests done (5 s)" in text and "log:" not in text
+    clock.now += 600
+    assert "ETA: running past the typical trial time" in line.text()
 
 
 def test_request_progress_counts_requests_per_phase_and_names_items():
