@@ -293,6 +293,30 @@ def trials_section(outcome: StudyOutcome) -> str:
     )
 
 
+def learned_section(store: Store, outcome: StudyOutcome, space: SearchSpace, row: dict[str, Any]) -> str:
+    """Candidates of the space never tried in this study that a failure learned on this host rules out."""
+    from autotune.space import enumerate_candidates
+
+    failures = store.learned_failures(row["host_key"], space.engine)
+    tried = {t.candidate.key() for t in outcome.trials}
+    try:
+        untried = [c for c in enumerate_candidates(space) if c.key() not in tried] if failures else []
+    except ConfigError:  # a space too large to enumerate: the sampled prunes above are what is known
+        return ""
+    rows = []
+    for failure in failures:
+        ruled = [c for c in untried if failure.matches(c)]
+        if ruled:
+            values = ", ".join(f"{k}={v}" for k, v in failure.knob_values.items())
+            where = f"study {failure['study']} trial {failure['trial']}"
+            rows.append([f"<code>{_e(values)}</code>", _e(f"{failure['failure_class']} ({where})"), str(len(ruled))])
+    if not rows:
+        return ""
+    return "<p>Never sampled, ruled out by failures learned on this host:</p>" + _table(
+        ["knob values", "learned from", "candidates"], rows
+    )
+
+
 def pruned_section(outcome: StudyOutcome) -> str:
     skipped = [t for t in outcome.trials if t.status == "skipped"]
     if not skipped:
@@ -377,7 +401,7 @@ def build_html(store: Store, study: str) -> str:
          else "<p>Every trial that ran had the same knob values.</p>"),
         ("trials", "Trials", trials_section(outcome)
          + (_figure_html(time_figure(launched), "plot-time", 340) if launched else "")),
-        ("pruned", "Pruned before launching", pruned_section(outcome)),
+        ("pruned", "Pruned before launching", pruned_section(outcome) + learned_section(store, outcome, space, row)),
         ("probes", "Host probe matrix", probes_section(probes, hosts[0] if hosts else None)),
         ("planner", "Planner: predicted vs measured",
          (_figure_html(predicted, "plot-predicted", 400) if predicted else "") + predicted_rows(ran)),
