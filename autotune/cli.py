@@ -140,18 +140,25 @@ def search(
     if dry_run:
         report.print_dry_run(console, plan)
         return
-    outcome = search_lib.run(
-        plan,
-        trials=trials,
-        seed=seed,
-        confirm_rounds=confirm_rounds,
-        noise_relaunches=noise_relaunches,
-        qeval_reference=qeval_reference,
-        time_budget_s=None if time_budget is None else time_budget * 60.0,
-        reporter=report.RichReporter(console),
-        wait_s=float("inf") if wait else None,
-        on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
-    )
+    from autotune.progress import forecast
+
+    reporter = report.RichReporter(console, log_dir=logs / plan.study)
+    reporter.study_planned(forecast(plan, trials, confirm_rounds))
+    try:
+        outcome = search_lib.run(
+            plan,
+            trials=trials,
+            seed=seed,
+            confirm_rounds=confirm_rounds,
+            noise_relaunches=noise_relaunches,
+            qeval_reference=qeval_reference,
+            time_budget_s=None if time_budget is None else time_budget * 60.0,
+            reporter=reporter,
+            wait_s=float("inf") if wait else None,
+            on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
+        )
+    finally:
+        reporter.close()
     report.print_outcome(console, plan, outcome)
 
 
@@ -184,7 +191,22 @@ def export(
     db: DbOption = DEFAULT_DB,
     study: StudyOption = None,
     trial: Annotated[Optional[int], typer.Option("--trial", help="trial number (default: the best)")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the recipe here")] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="yaml (the recipe), shell (a runnable sh script) or docker (`docker run` lines per node); "
+            "all carry the same argv and env",
+        ),
+    ] = "yaml",
+    image: Annotated[
+        Optional[str], typer.Option("--image", help="with --format docker: the engine's container image")
+    ] = None,
+    cluster: Annotated[
+        Optional[Path], typer.Option("--cluster", help="with --format docker: the boxes (their Docker daemons, image)")
+    ] = None,
     predicted: Annotated[
         bool, typer.Option("--predicted", help="no study: the best-predicted candidate of --space, marked predicted")
     ] = False,
@@ -195,23 +217,52 @@ def export(
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
 ) -> None:
-    """Write the winning (or a chosen) trial as a recipe YAML."""
+    """Write the winning (or a chosen) trial as a recipe: YAML, a shell script or docker lines."""
+    from autotune import launch_formats
     from autotune import search as search_lib
+    from autotune.recipe import from_yaml
 
+    if fmt not in launch_formats.FORMATS:
+        raise ConfigError(f"unknown --format {fmt!r}; use one of {', '.join(launch_formats.FORMATS)}")
+    yaml_output = output if fmt == "yaml" else None
     if predicted:
         if space is None and hardware is None and nodes is None:
             raise ConfigError("--predicted needs --space, or --hardware/--nodes to pick a shipped space; it reads no study")
-        text = search_lib.predicted_recipe(_chosen_space(space, hardware, nodes), hardware, nodes, None, output, db)
+        text = search_lib.predicted_recipe(_chosen_space(space, hardware, nodes), hardware, nodes, None, yaml_output, db)
     else:
         store = search_lib.open_store(db, must_exist=True)
-        exported = search_lib.export_recipe(store, study, trial, output)
+        exported = search_lib.export_recipe(store, study, trial, yaml_output)
         text = exported.text
         for warning in exported.warnings:
             errors.print(f"warning: {warning}", markup=False, highlight=False)
+    if fmt != "yaml":
+        text = launch_formats.render(from_yaml(text), fmt, image=image, cluster_file=cluster)
+        if output is not None:
+            try:
+                output.write_text(text)
+                output.chmod(0o755)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
     if output is None:
         console.print(text, markup=False, highlight=False)
     else:
-        console.print(f"recipe written to {output}")
+        console.print(f"{'recipe' if fmt == 'yaml' else fmt + ' script'} written to {output}")
+
+
+@app.command(name="report")
+def report_html(
+    db: DbOption = DEFAULT_DB,
+    study: StudyOption = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path("report.html"),
+) -> None:
+    """Write a study as one self-contained HTML report (plots, trials, probes, recipe; no network needed)."""
+    from autotune import html_report
+    from autotune import search as search_lib
+
+    store = search_lib.open_store(db, must_exist=True)
+    name = search_lib.pick_study(store, study)
+    written = html_report.write_report(store, name, output)
+    console.print(f"report of study {name} written to {written} ({written.stat().st_size / 1e6:.1f} MB)")
 
 
 @app.command()

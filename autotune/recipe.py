@@ -214,3 +214,86 @@ def render_recipe(recipe: Recipe, output: Path | None) -> str:
         except OSError as exc:
             raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
     return text
+
+
+# ---------------------------------------------------------------------- runnable renderings
+
+
+def _env_argv(node: NodeLaunch) -> list[str]:
+    """`env K=V ... argv`: the node's environment and argv, as one command."""
+    env = [f"{k}={v}" for k, v in sorted(node.env.items())]
+    return (["env", *env] if env else []) + node.argv
+
+
+WAIT_FOR_RAY_NODES = (
+    "import sys, time, ray; ray.init(); n = int(sys.argv[1])\n"
+    'while sum(x["Alive"] for x in ray.nodes()) < n: print("waiting for Ray nodes", flush=True); time.sleep(5)'
+)
+
+
+def shell_script(recipe: Recipe) -> str:
+    """The recipe's launch as a POSIX sh script with exactly the YAML's argv and env. Several nodes:
+    `sh script NODE` on each box; every entry of a node but its last runs in the background."""
+    launch = recipe.launch
+    nodes = sorted({n.node for n in launch.nodes})
+    lines = [
+        "#!/bin/sh",
+        f"# {recipe.name}",
+        f"# written by autotune {__version__} from the recipe ({recipe.kind}); argv and env are the recipe's own",
+        f"# serves on port {launch.port}; ready when GET {launch.health_path} answers",
+        "set -eu",
+    ]
+
+    def node_lines(node: int, indent: str) -> list[str]:
+        entries = [n for n in launch.nodes if n.node == node]
+        out = [f"{indent}# node {node}: {', '.join(e.role for e in entries)}"]
+        for entry in entries[:-1]:
+            out.append(f"{indent}{shlex.join(_env_argv(entry))} &")
+        last = entries[-1]
+        if last.role == "server" and any(e.role == "head" for e in entries):
+            # the server starts once every node's raylet has joined the head
+            waiter = NodeLaunch(node=node, role="server", argv=[PORTABLE_PYTHON, "-c", WAIT_FOR_RAY_NODES, str(len(nodes))], env=last.env)
+            out.append(f"{indent}{shlex.join(_env_argv(waiter))}")
+        out.append(f"{indent}exec {shlex.join(_env_argv(last))}")
+        return out
+
+    if len(nodes) == 1:
+        lines += node_lines(nodes[0], "")
+    else:
+        lines += [f'node="${{1:?usage: sh $0 NODE (one of {" ".join(map(str, nodes))}; 0 is the head, start it first)}}"',
+                  'case "$node" in']
+        for node in nodes:
+            lines += [f"  {node})", *node_lines(node, "    "), "    ;;"]
+        lines += ['  *) echo "no node $node in this recipe" >&2; exit 2 ;;', "esac"]
+    return "\n".join(lines) + "\n"
+
+
+def model_dir_of(launch: LaunchSpec) -> str | None:
+    """The folder holding the model file/dir named by `--model` (or vLLM's `serve MODEL`), if absolute."""
+    for node in launch.nodes:
+        argv = node.argv
+        for i, arg in enumerate(argv[:-1]):
+            if arg in ("--model", "serve") and argv[i + 1].startswith("/"):
+                path = Path(argv[i + 1])
+                return str(path.parent if path.suffix else path)
+    return None
+
+
+def docker_script(recipe: Recipe, commands: list[list[str]], image: str) -> str:
+    """`docker run` (and `docker exec` for a server on a Ray head) lines, one per node entry, in order."""
+    lines = [
+        "#!/bin/sh",
+        f"# {recipe.name}",
+        f"# written by autotune {__version__}: the recipe's argv and env in image {image}, one container per node entry",
+        "set -eu",
+    ]
+    nodes = len({n.node for n in recipe.launch.nodes})
+    for entry, argv in zip(recipe.launch.nodes, commands):
+        lines.append(f"# node {entry.node} ({entry.role})")
+        if nodes > 1 and "exec" in argv[:3]:
+            # a server exec'd in the Ray head starts once every node's raylet has joined
+            container = argv.index(PORTABLE_PYTHON) - 1
+            wait = [*argv[: argv.index("exec") + 1], argv[container], PORTABLE_PYTHON, "-c", WAIT_FOR_RAY_NODES, str(nodes)]
+            lines.append(shlex.join(wait))
+        lines.append(shlex.join(argv))
+    return "\n".join(lines) + "\n"

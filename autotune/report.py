@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
 from autotune.models import Candidate, FailureInfo, LaunchSpec, TrialResult
 from autotune.noise import single_launch_inside
+from autotune.progress import RunForecast, eta_s, fmt_duration
 from autotune.score import verdict
 from autotune.study import StudyOutcome
 
@@ -39,29 +43,119 @@ def _median(trial: TrialResult, name: str) -> float | None:
     return m.median if m else None
 
 
-class RichReporter:
-    """Progress of a running study: trial n of N, phase, last result, current best."""
+def last_log_line(log_dir: Path | None) -> str | None:
+    """The last non-empty line of the newest engine log in `log_dir` (read from its tail only)."""
+    if log_dir is None or not log_dir.is_dir():
+        return None
+    logs = sorted(log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return None
+    with logs[-1].open("rb") as f:
+        f.seek(max(0, logs[-1].stat().st_size - 4096))
+        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else None
 
-    def __init__(self, console: Console) -> None:
+
+class ProgressLine:
+    """The live status line; rich re-renders it several times a second, so its clocks keep moving."""
+
+    def __init__(self, label: str, log_dir: Path | None, eta: Callable[[float], float | None], clock=time.monotonic):
+        self.label = label
+        self.log_dir = log_dir
+        self.eta = eta
+        self.clock = clock
+        self.started = clock()
+        self.phase = "starting"
+        self.phase_started = self.started
+
+    def update(self, text: str) -> None:
+        # counts inside a phase ("decode (prose): 3/9 requests done") keep the phase clock running
+        if text.split(":")[0] != self.phase.split(":")[0]:
+            self.phase_started = self.clock()
+        self.phase = text
+
+    def text(self) -> str:
+        now = self.clock()
+        parts = [f"{self.label}: {self.phase} ({now - self.phase_started:.0f} s)", f"trial {now - self.started:.0f} s"]
+        eta = self.eta(now - self.started)
+        if eta is not None:
+            parts.append(f"ETA {fmt_duration(eta)}" if eta > 0 else "ETA: running past the typical trial time")
+        line = ", ".join(parts)
+        if self.phase.startswith("starting"):
+            last = last_log_line(self.log_dir)
+            if last:
+                line += f"\n  log: {last}"
+        return line
+
+    def __rich__(self) -> Text:
+        return Text(self.text())
+
+
+class RichReporter:
+    """Progress of a running study: what will run and how long; trial n of N, its phase with a
+    moving clock, the engine log while it starts, requests done; the ETA; last result and best."""
+
+    def __init__(self, console: Console, log_dir: Path | None = None) -> None:
         self.console = console
+        self.log_dir = log_dir
         self.status: Status | None = None
+        self.line: ProgressLine | None = None
         self.t0 = time.monotonic()
         self.label = ""
+        self.durations: list[float] = []  # launched trials of this run
+        self.estimate_s: float | None = None  # the forecast's, until a trial of this run finishes
+        self.total = 0
+        self.launched = 0
+        self.confirm_launches = 0
+        self.confirming = False
+        self.launch_started = self.t0
+
+    def study_planned(self, plan: RunForecast) -> None:
+        self.total = plan.measured + plan.trials
+        self.launched = plan.measured
+        self.confirm_launches = 2 * plan.confirm_rounds
+        self.estimate_s = plan.trial_s
+        self.console.print(forecast_text(plan))
+
+    def _typical(self) -> list[float]:
+        return self.durations or ([self.estimate_s] if self.estimate_s else [])
+
+    def _eta(self, current_s: float) -> float | None:
+        if self.confirming:
+            return eta_s(self._typical(), 1, self.confirm_launches, time.monotonic() - self.launch_started)
+        return eta_s(self._typical(), self.total - self.launched + 1, self.confirm_launches, current_s)
+
+    def _start_status(self, label: str) -> None:
+        self._stop_status()
+        self.line = ProgressLine(label, self.log_dir, self._eta)
+        self.status = self.console.status(self.line, refresh_per_second=4)
+        self.status.start()
+
+    def _stop_status(self) -> None:
+        if self.status:
+            self.status.stop()
+        self.status, self.line = None, None
 
     def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
         self.label = f"trial {launched} of {total} (#{number})"
+        self.launched, self.total = launched, total
         self.console.print(f"[bold]{self.label}[/] {candidate.label()}")
-        self.status = self.console.status(f"{self.label}: starting")
-        self.status.start()
+        self._start_status(self.label)
 
     def trial_event(self, text: str) -> None:
-        if self.status:
-            self.status.update(f"{self.label}: {text} ({time.monotonic() - self.t0:.0f} s elapsed)")
+        if self.line is None:  # confirmation rounds report through events only
+            self.confirming = True
+            self._start_status("confirmation")
+        assert self.line is not None
+        if text.startswith("confirmation round"):  # one per launch
+            self.confirm_launches = max(0, self.confirm_launches - 1)
+            self.launch_started = time.monotonic()
+        self.line.update(text)
 
     def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
-        if self.status:
-            self.status.stop()
-            self.status = None
+        self._stop_status()
+        if result.duration_s > 1.0:
+            self.durations.append(result.duration_s)
         if result.status == "ok":
             line = (
                 f"  decode {_fmt(result.objective)} tok/s (prose {_fmt(_median(result, 'decode_tps.prose'))}, "
@@ -84,48 +178,101 @@ class RichReporter:
         self.console.print(line)
         if best is not None:
             self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")
+        left = self.total - self.launched
+        eta = eta_s(self._typical(), left, self.confirm_launches)
+        if eta is not None and self.durations:
+            self.console.print(
+                f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
+                f"elapsed; ETA {fmt_duration(eta)} (median trial {fmt_duration(statistics.median(self.durations))} "
+                f"x {left} left + {self.confirm_launches} confirmation launches)[/]"
+            )
 
     def trial_skipped(self, result: TrialResult) -> None:
         self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
 
+    def close(self) -> None:
+        self._stop_status()
 
-def trials_table(outcome: StudyOutcome) -> Table:
-    best = outcome.best
-    table = Table(
-        title=f"study {outcome.name}",
-        caption="tok/s: decode, geometric mean of prose and structured (1 stream); pred.: the planner's "
-        "prediction; prefill: cold prefill tok/s at the longest prompt",
-        show_lines=False,
+
+QUICK_S = 15 * 60  # longer than this, the forecast says how to get a first answer sooner
+
+
+def forecast_text(plan: RunForecast) -> str:
+    resumed = f", {plan.measured} already measured" if plan.measured else ""
+    confirm = (
+        f" + {plan.confirm_rounds} confirmation rounds ({2 * plan.confirm_rounds} launches, decode only)"
+        if plan.confirm_rounds
+        else ""
     )
+    sooner = (
+        "; a first answer sooner: --trials 3 --confirm-rounds 0 --no-accuracy, or --time-budget MIN"
+        if plan.total_s is not None and plan.total_s > QUICK_S
+        else ""
+    )
+    return (
+        f"[bold]plan[/] study {plan.study}: {plan.candidates_total} candidates, {plan.candidates_left} left to try "
+        f"after pruning{resumed}; this run: {plan.trials} trials{confirm}\n"
+        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch: {plan.basis}){sooner}"
+    )
+
+
+TABLE_CAPTION = (
+    "tok/s: decode, geometric mean of prose and structured (1 stream); pred.: the planner's "
+    "prediction; prefill: cold prefill tok/s at the longest prompt"
+)
+WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
+
+
+def _cells(t: TrialResult) -> dict[str, str]:
+    prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
+    return {
+        "tok/s": _fmt(t.objective),
+        "pred.": _fmt(t.predicted.get("decode_tps"), 0),
+        "prose": _fmt(_median(t, "decode_tps.prose")),
+        "struct": _fmt(_median(t, "decode_tps.structured")),
+        "TTFT ms": _fmt(_median(t, "ttft_ms.prose"), 0),
+        "prefill": _fmt(prefill[-1] if prefill else None, 0),
+        "needle": ("pass" if all(c.passed for c in t.needle.cases) else "FAIL") if t.needle else "-",
+        "qeval": f"{t.qeval.correct}/{t.qeval.total}" if t.qeval else "-",
+    }
+
+
+def _number_cell(t: TrialResult, best: TrialResult | None) -> str:
+    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}"
+
+
+def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
+    """The trials of a study. At `width` < WIDE_COLUMNS (80 columns, or piped) each trial is one
+    stacked cell: config, then the numbers, then the verdict, so nothing is ever dropped."""
+    best = outcome.best
+    base = outcome.baseline.candidate if outcome.baseline else None
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    if width is not None and width < WIDE_COLUMNS:
+        table = Table(title=f"study {outcome.name}", caption=TABLE_CAPTION, show_lines=True)
+        table.add_column("#", no_wrap=True)
+        table.add_column("config / numbers / verdict", overflow="fold")
+        for t in launched:
+            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t).items())
+            cell = Text()
+            cell.append(diff_label(t.candidate, base), style="bold")
+            cell.append("\n" + numbers)
+            cell.append("\n" + verdict(t), style="green" if verdict(t) == "ok" else "red")
+            table.add_row(_number_cell(t, best), cell)
+        return table
+    table = Table(title=f"study {outcome.name}", caption=TABLE_CAPTION, show_lines=False)
     # short cells never wrap: on a narrow terminal config and verdict take the squeeze
     table.add_column("#", no_wrap=True)
     table.add_column("config", overflow="fold", min_width=16)
     for col in ("tok/s", "pred.", "prose", "struct", "TTFT ms", "prefill", "needle", "qeval"):
         table.add_column(col, no_wrap=True, justify="right")
     table.add_column("verdict", overflow="fold", min_width=8)
-    for t in outcome.trials:
-        if t.status == "skipped":
-            continue
-        prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
-        row = [
-            f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}",
-            diff_label(t.candidate, outcome.baseline.candidate if outcome.baseline else None),
-            _fmt(t.objective),
-            _fmt(t.predicted.get("decode_tps"), 0),
-            _fmt(_median(t, "decode_tps.prose")),
-            _fmt(_median(t, "decode_tps.structured")),
-            _fmt(_median(t, "ttft_ms.prose"), 0),
-            _fmt(prefill[-1] if prefill else None, 0),
-            ("pass" if all(c.passed for c in t.needle.cases) else "FAIL") if t.needle else "-",
-            f"{t.qeval.correct}/{t.qeval.total}" if t.qeval else "-",
-            verdict(t),
-        ]
-        table.add_row(*row)
+    for t in launched:
+        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t).values(), verdict(t))
     return table
 
 
 def print_trials(console: Console, outcome: StudyOutcome) -> None:
-    console.print(trials_table(outcome))
+    console.print(trials_table(outcome, console.width))
     if outcome.skipped_reasons:
         console.print("[bold]pruned before launching[/] (reason: count)")
         for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):

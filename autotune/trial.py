@@ -104,13 +104,16 @@ class Measured(BaseModel):
 
 async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events: Events) -> Measured:
     from autotune.bench import needle, qeval
+    from autotune.progress import CountingClient, RequestProgress, workload_requests
 
     workload = ctx.space.workload
     out = Measured()
     served = ctx.model.served_name or ctx.model.name
     async with OpenAIClient(
         base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
-    ) as client:
+    ) as http_client:
+        counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
+        events, client = counted.phase, CountingClient(http_client, counted.request_done)
         events("warm-up")
         await throughput.warm_up(client, workload)
         before = await _scrape_counters(ctx.engine, base_url)

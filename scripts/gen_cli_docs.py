@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.cli import app  # noqa: E402
 
-COMMANDS = ["search", "show", "export", "probe", "plan"]
+COMMANDS = ["search", "show", "export", "report", "probe", "plan"]
 #: command groups (typer sub-apps) and their commands
 GROUPS = {"space": ["new"]}
 

@@ -1,0 +1,217 @@
+"""Progress a person can plan with: what a search will run and about how long, before the first
+launch; the ETA as trials finish; requests and accuracy items done inside a trial.
+
+Estimating only: printing lives in report.py. A time estimate says what it is based on: trials
+already measured in runs.db (this study, else earlier studies of the same space and engine), or,
+when nothing was measured yet, a rough count of the workload's requests at the planner's speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench.client import ChatClient, Messages
+from autotune.models import Candidate, RequestResult, SearchSpace
+from autotune.store import Store
+
+if TYPE_CHECKING:
+    from autotune.search import SearchPlan
+
+# engine start to healthy when nothing was measured yet: guesses, said as such in the forecast
+STARTUP_GUESS_S = {"llamacpp": 5.0, "vllm": 120.0}
+PROMPTS_PER_SET_SHIPPED = 3
+QEVAL_PROMPT_TOKENS_GUESS = 400  # a few-shot qeval prompt, roughly  # autotune/bench/prompts/*.yaml hold at least this many prompts each
+
+
+class RunForecast(BaseModel):
+    """What `autotune search` is about to run, told before the first launch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    candidates_total: int
+    candidates_left: int  # survive pruning (rules, layout, probes, memory) and were not tried yet
+    measured: int  # trials of this study already launched (a resumed study)
+    trials: int  # launches this run will make, baseline included, at most
+    confirm_rounds: int
+    trial_s: float | None  # one trial, estimated
+    basis: str  # where trial_s comes from
+
+    @property
+    def launches(self) -> int:
+        return self.trials + 2 * self.confirm_rounds
+
+    @property
+    def total_s(self) -> float | None:
+        if self.trial_s is None:
+            return None
+        # a confirmation launch measures decode only: a trial's time is an upper bound for it
+        return self.trial_s * self.launches
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def measured_durations(store: Store, study: str, space: SearchSpace) -> tuple[list[float], str]:
+    """Wall times of launched trials: this study's, else earlier studies' of the same space and engine."""
+    def launched(name: str) -> list[float]:
+        return [t.duration_s for t in store.trials(name) if t.status != "skipped" and t.duration_s > 1.0]
+
+    own = launched(study)
+    if own:
+        return own, f"median of {len(own)} trials of this study"
+    others: list[float] = []
+    for row in store.studies():
+        if row["name"] != study and row["space_name"] == space.name and row["engine"] == space.engine:
+            others += launched(row["name"])
+    if others:
+        return others, f"median of {len(others)} earlier trials of space {space.name} in runs.db"
+    return [], ""
+
+
+def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]:
+    """Requests one trial sends per phase (phase names as trial.measure reports them)."""
+    from autotune.bench.needle import default_lengths
+
+    work = space.workload
+    per_set = work.repeats * min(work.prompts_per_set, PROMPTS_PER_SET_SHIPPED)
+    out: dict[str, int] = {"warm-up": work.warmup_requests}
+    out.update({f"decode ({name})": per_set for name in work.prompt_sets})
+    if work.prefill_tokens:
+        fitting = [d for d in work.prefill_tokens if d + 64 <= context_tokens]
+        out["cold prefill"] = 3 + work.prefill_repeats * len(fitting)
+    if any(c > 1 for c in work.concurrency):
+        out["concurrency"] = sum(c for c in work.concurrency if c > 1)
+    if space.gates.needle:
+        try:
+            lengths = default_lengths(context_tokens, space.gates.needle)
+        except Exception:  # a context too small for a needle fails inside the trial, not here
+            lengths = []
+        out["needle"] = len(lengths) * len(set(space.gates.needle.depths))
+    if space.gates.qeval:
+        out["qeval"] = space.gates.qeval.tasks
+    return out
+
+
+def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | None, prefill_tps: float | None) -> float:
+    """A rough upper guess of one trial: startup + every request's output at full length."""
+    from autotune.trial import context_tokens
+
+    work = space.workload
+    ctx = context_tokens(space, Candidate(engine=space.engine, params={}))
+    phases = workload_requests(space, ctx)
+    decode_requests = sum(n for p, n in phases.items() if p.startswith("decode"))
+    out_tokens = decode_requests * work.decode_max_tokens + phases.get("warm-up", 0) * 16
+    in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
+    if accuracy and space.gates.qeval:
+        out_tokens += phases["qeval"] * space.gates.qeval.max_tokens // 2
+        in_tokens += phases["qeval"] * QEVAL_PROMPT_TOKENS_GUESS
+    if accuracy and space.gates.needle:
+        out_tokens += phases.get("needle", 0) * space.gates.needle.max_tokens
+        in_tokens += phases.get("needle", 0) * ctx // 2
+    tps = decode_tps or 20.0
+    pps = prefill_tps or 200.0
+    return STARTUP_GUESS_S.get(space.engine, 60.0) + out_tokens / tps + in_tokens / pps
+
+
+def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
+    from autotune.planner import estimate
+    from autotune.search import surviving
+    from autotune.space import baseline
+
+    store = plan.store
+    tried = {t.candidate.key() for t in store.trials(plan.study)} if store else set()
+    left = [c for c, why in surviving(plan) if why is None and c.key() not in tried]
+    measured = len([t for t in store.trials(plan.study) if t.status != "skipped"]) if store else 0
+    to_run = max(0, min(trials - measured, len(left)))
+    durations, basis = measured_durations(store, plan.study, plan.space) if store else ([], "")
+    if durations:
+        trial_s: float | None = statistics.median(durations)
+    else:
+        guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
+        trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
+        basis = (
+            "rough guess, nothing measured here yet: the workload's requests at the planner's "
+            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{STARTUP_GUESS_S.get(plan.space.engine, 60):.0f} s start"
+        )
+    return RunForecast(
+        study=plan.study,
+        candidates_total=plan.candidates_total,
+        candidates_left=len(left),
+        measured=measured,
+        trials=to_run,
+        confirm_rounds=confirm_rounds,
+        trial_s=trial_s,
+        basis=basis,
+    )
+
+
+def eta_s(durations: list[float], trials_left: int, confirm_launches: int, current_s: float = 0.0) -> float | None:
+    """Median trial time x launches left (the running one counts, less its elapsed time)."""
+    if not durations:
+        return None
+    typical = statistics.median(durations)
+    running = max(0.0, typical - current_s) if trials_left > 0 else 0.0
+    return running + typical * (max(0, trials_left - 1) + confirm_launches)
+
+
+class RequestProgress:
+    """Wraps a trial's event callback: a phase event resets the count, each finished request
+    reports `phase: n/total requests` (items for needle and qeval)."""
+
+    ITEM_PHASES = ("needle", "qeval")
+
+    def __init__(self, events: Callable[[str], None], expected: dict[str, int]) -> None:
+        self.events = events
+        self.expected = expected
+        self.phase_name = ""
+        self.done = 0
+
+    def phase(self, text: str) -> None:
+        self.phase_name, self.done = text, 0
+        self.events(text)
+
+    def request_done(self, result: RequestResult) -> None:
+        if not self.phase_name:
+            return
+        self.done += 1
+        unit = "items" if self.phase_name in self.ITEM_PHASES else "requests"
+        total = self.expected.get(self.phase_name)
+        count = f"{self.done}/{total}" if total else str(self.done)
+        failed = "" if result.ok else " (last one failed)"
+        self.events(f"{self.phase_name}: {count} {unit} done{failed}")
+
+
+class CountingClient:
+    """A ChatClient that tells `on_done` about every finished chat/completion request."""
+
+    def __init__(self, client: ChatClient, on_done: Callable[[RequestResult], None]) -> None:
+        self.client = client
+        self.on_done = on_done
+
+    async def chat(self, messages: Messages, max_tokens: int, **extra: Any) -> RequestResult:
+        result = await self.client.chat(messages, max_tokens, **extra)
+        self.on_done(result)
+        return result
+
+    async def complete(self, prompt: str, max_tokens: int, **extra: Any) -> RequestResult:
+        result = await self.client.complete(prompt, max_tokens, **extra)
+        self.on_done(result)
+        return result
+
+    async def count_tokens(self, text: str) -> int:
+        return await self.client.count_tokens(text)

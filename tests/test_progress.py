@@ -1,0 +1,240 @@
+"""Progress a person can plan with (issue 13): the forecast before the first launch, the ETA,
+a status clock that moves on its own, the engine log while it starts, requests and items done."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from autotune.models import Candidate, RequestResult, TrialResult
+from autotune.progress import CountingClient, RequestProgress, eta_s, fmt_duration, forecast, workload_requests
+from autotune.report import ProgressLine, RichReporter
+from autotune.search import prepare
+from autotune.space import load_space
+from autotune.store import Store
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_eta_is_median_trial_time_times_trials_left():
+    assert eta_s([], 3, 0) is None
+    assert eta_s([100.0, 300.0, 200.0], 3, 0) == 600.0
+    # the running trial counts with what it has left; confirmation launches count a trial each
+    assert eta_s([200.0], 2, 4, current_s=50.0) == 150.0 + 200.0 + 800.0
+    assert eta_s([200.0], 1, 0, current_s=500.0) == 0.0
+    assert fmt_duration(45) == "45 s" and fmt_duration(3960) == "66 min" and fmt_duration(100) == "1.7 min" and fmt_duration(7200) == "2.0 h"
+
+
+def test_status_line_clock_moves_without_new_events_and_shows_the_engine_log(tmp_path):
+    clock = FakeClock()
+    log = tmp_path / "trial-000.log"
+    log.write_text("loading model\nllama_model_load: 18 layers\n\n")
+    line = ProgressLine("trial 1 of 3 (#0)", tmp_path, lambda elapsed: 600.0 - elapsed, clock)
+    line.update("starting engine")
+    first = line.text()
+    clock.now += 7
+    second = line.text()
+    assert first != second, "the clock must move between events"
+    assert "starting engine (7 s)" in second and "trial 7 s" in second and "ETA 9.9 min" in second
+    assert "log: llama_model_load: 18 layers" in second
+    line.update("decode (prose)")
+    clock.now += 3
+    line.update("decode (prose): 2/9 requests done")  # counts inside a phase keep its clock
+    clock.now += 2
+    text = line.text()
+    assert "decode (prose): 2/9 requests done (5 s)" in text and "log:" not in text
+    clock.now += 600
+    assert "ETA: running past the typical trial time" in line.text()
+
+
+def test_request_progress_counts_requests_per_phase_and_names_items():
+    seen: list[str] = []
+    progress = RequestProgress(seen.append, {"decode (prose)": 2, "qeval": 3})
+
+    class Echo:
+        async def chat(self, messages, max_tokens, **extra):
+            return RequestResult(ok=True, text="x")
+
+        async def complete(self, prompt, max_tokens, **extra):
+            return RequestResult(ok=prompt != "bad", error="HTTP 500" if prompt == "bad" else None)
+
+        async def count_tokens(self, text):
+            return 3
+
+    client = CountingClient(Echo(), progress.request_done)
+
+    async def go() -> None:
+        progress.phase("decode (prose)")
+        await client.chat([], 8)
+        await client.count_tokens("not a request")
+        await client.chat([], 8)
+        progress.phase("qeval")
+        await client.complete("ok", 8)
+        await client.complete("bad", 8)
+
+    asyncio.run(go())
+    assert seen == [
+        "decode (prose)",
+        "decode (prose): 1/2 requests done",
+        "decode (prose): 2/2 requests done",
+        "qeval",
+        "qeval: 1/3 items done",
+        "qeval: 2/3 items done (last one failed)",
+    ]
+
+
+def test_workload_requests_match_the_space():
+    space = load_space("llamacpp-gemma3-270m")
+    phases = workload_requests(space, 2048)
+    work = space.workload
+    assert phases["decode (prose)"] == work.repeats * work.prompts_per_set
+    assert phases["qeval"] == space.gates.qeval.tasks
+    assert phases["needle"] == 3 * 3  # 3 length fractions x 3 depths
+
+
+SPACE = """
+name: forecast-test
+engine: llamacpp
+model: {{name: gemma-3-270m-q4_k_m, path: {model}, prompt_style: completion, context_max: 2048}}
+hardware: cpu
+fixed: {{chat_format: gemma, n_ctx: 2048}}
+knobs:
+  - {{name: n_threads, values: [1, 2], default: 1}}
+  - {{name: type_v, values: [f16, q8_0], default: f16}}
+  - {{name: n_batch, values: [256, 512], default: 512}}
+"""
+
+
+@pytest.fixture
+def space_file(tmp_path: Path) -> Path:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.format(model=model))
+    return path
+
+
+def _plan(space_file: Path, db: Path, study: str = "f"):
+    return prepare(space_name=str(space_file), model_path=None, db_path=db, study=study, hardware="cpu", nodes=1,
+                   accuracy=True, logs_dir=Path("logs"), dry_run=True)
+
+
+def test_forecast_before_anything_ran_is_a_labelled_guess(space_file, tmp_path):
+    plan = _plan(space_file, tmp_path / "runs.db")
+    fc = forecast(plan, trials=5, confirm_rounds=2)
+    assert fc.candidates_total == 8 and fc.candidates_left == 8 and fc.trials == 5 and fc.launches == 9
+    assert fc.trial_s and fc.trial_s > 5 and fc.basis.startswith("rough guess")
+    assert fc.total_s == pytest.approx(fc.trial_s * 9)
+
+
+def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    space = load_space(str(space_file))
+    store.save_study("earlier", space, "cpu", 1, "h")
+    for number, (threads, seconds) in enumerate([(1, 100.0), (2, 300.0), (1, 200.0)]):
+        params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": threads, "type_v": "f16", "n_batch": 512 - number}
+        store.save_trial(TrialResult(study="earlier", number=number, candidate=Candidate(engine="llamacpp", params=params),
+                                     status="ok", duration_s=seconds))
+    fc = forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0)
+    assert fc.trial_s == 200.0 and "median of 3 earlier trials" in fc.basis
+    assert fc.total_s == 800.0
+
+    # resuming the same study: its own trials count as measured, and are not planned again
+    store.save_study("new", space, "cpu", 1, "h")
+    params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": 1, "type_v": "f16", "n_batch": 512}
+    store.save_trial(TrialResult(study="new", number=0, candidate=Candidate(engine="llamacpp", params=params),
+                                 status="ok", duration_s=50.0))
+    fc = forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=1)
+    assert (fc.measured, fc.trials, fc.candidates_left) == (1, 3, 7)
+    assert fc.trial_s == 50.0 and "this study" in fc.basis
+
+
+def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_path):
+    console = Console(record=True, width=200, force_terminal=False)
+    reporter = RichReporter(console, log_dir=tmp_path)
+    fc = forecast(_plan(space_file, tmp_path / "runs.db"), trials=3, confirm_rounds=1)
+    reporter.study_planned(fc)
+    cand = Candidate(engine="llamacpp", params={"n_threads": 1})
+    for number, seconds in enumerate([100.0, 140.0]):
+        reporter.trial_started(number, number + 1, 3, cand)
+        reporter.trial_event("decode (prose): 1/3 requests done")
+        reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed",
+                                            reason="x", duration_s=seconds), None)
+    reporter.close()
+    out = console.export_text()
+    assert out.index("plan") < out.index("trial 1 of 3")
+    assert "8 candidates, 8 left to try after pruning; this run: 3 trials + 1 confirmation rounds" in out
+    assert "1 of 3 trials done" in out and "ETA 6.7 min (median trial 1.7 min x 2 left + 2 confirmation launches)" in out
+    assert "ETA 6.0 min (median trial 2.0 min x 1 left + 2 confirmation launches)" in out
+
+
+class Recorder:
+    """A Reporter that keeps every event text."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def trial_started(self, number, launched, total, candidate) -> None:
+        self.events.append(f"started {number}")
+
+    def trial_event(self, text: str) -> None:
+        self.events.append(text)
+
+    def trial_finished(self, result, best) -> None:
+        self.events.append(f"finished {result.number} {result.status}")
+
+    def trial_skipped(self, result) -> None:
+        pass
+
+
+@pytest.mark.engine
+def test_a_real_trial_reports_requests_and_items_done(tmp_path, gemma_gguf):
+    from real_study import SPACE
+    from autotune.search import run
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE.format(alias="progress-test", model=gemma_gguf))
+    plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="p", hardware=None,
+                   nodes=None, accuracy=True, logs_dir=tmp_path / "logs")
+    recorder = Recorder()
+    run(plan, trials=1, reporter=recorder)
+    events = recorder.events
+    assert events[-1] == "finished 0 ok", events
+    for done in ("warm-up: 1/1 requests done", "decode (prose): 2/2 requests done",
+                 "decode (structured): 2/2 requests done", "needle: 1/1 items done", "qeval: 6/6 items done"):
+        assert done in events, (done, events)
+    assert events.index("starting engine") < events.index("decode (prose): 1/2 requests done")
+
+
+@pytest.mark.engine
+def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_each_trial(tmp_path_factory, gemma_gguf):
+    from real_study import real_study
+
+    out = real_study(tmp_path_factory, gemma_gguf).search_output
+    plan_at, first_at = out.index("plan study views: 4 candidates, 4 left to try"), out.index("trial 1 of 4")
+    assert plan_at < first_at
+    assert "this run: 4 trials + 1 confirmation rounds (2 launches, decode only)" in out
+    assert "estimate: ~" in out[plan_at:first_at]
+    assert re.search(r"1 of 4 trials done, .* elapsed; ETA [\d.]+ (s|min) \(median trial", out)
+
+
+def test_a_long_forecast_says_how_to_get_a_first_answer_sooner():
+    from autotune.progress import RunForecast
+    from autotune.report import forecast_text
+
+    long = RunForecast(study="s", candidates_total=1152, candidates_left=864, measured=0, trials=10,
+                       confirm_rounds=2, trial_s=318.0, basis="median of 12 earlier trials")
+    assert "~74 min" in forecast_text(long) and "--trials 3 --confirm-rounds 0 --no-accuracy" in forecast_text(long)
+    short = long.model_copy(update={"trials": 2, "confirm_rounds": 0, "trial_s": 60.0})
+    assert "~2.0 min" in forecast_text(short) and "sooner" not in forecast_text(short)
