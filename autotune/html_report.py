@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from autotune.errors import ConfigError
 from autotune.models import ProbeResult, SearchSpace, TrialResult
+from autotune.noise import single_launch_inside
 from autotune.report import diff_label
 from autotune.score import verdict
 from autotune.store import Store
@@ -67,11 +68,6 @@ def _role(trial: TrialResult, best: TrialResult | None) -> str:
     if trial.number == 0:
         return "baseline"
     return "ok" if trial.feasible else "rejected"
-
-
-def _relative_noise(trial: TrialResult) -> float:
-    parts = [m for m in trial.measurements if m.name.startswith("decode_tps.") and m.median > 0]
-    return sum(1.4826 * m.mad / m.median for m in parts) / len(parts) if parts else 0.0
 
 
 # ------------------------------------------------------------------ figures
@@ -231,17 +227,18 @@ def verdict_section(outcome: StudyOutcome) -> str:
         f"<p><b>best: trial {best.number}</b> <code>{_e(diff_label(best.candidate, base.candidate if base else None))}</code>"
         f" &mdash; {_fmt(best.objective)} tok/s decode</p>"
     ]
+    noise_text = outcome.noise.describe() if outcome.noise else "launch-to-launch noise unknown"
     if base is not None and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
-        noise = _relative_noise(best) + _relative_noise(base)
-        inside = " &mdash; inside the noise: no clear winner" if abs(ratio - 1.0) <= noise else ""
+        inside = single_launch_inside(ratio, outcome.noise)
+        judged = {None: "not judged", True: "inside the noise", False: "beyond the noise"}[inside]
         lines.append(
             f"<p>vs baseline (trial {base.number}, engine defaults) {_fmt(base.objective)} tok/s: "
-            f"<b>x{ratio:.2f}</b> (noise within the two trials &plusmn;{noise:.1%}{inside})</p>"
+            f"<b>x{ratio:.2f}</b>, one launch each ({judged}; {_e(noise_text)})</p>"
         )
     elif best.number == 0:
         lines.append("<p>The baseline (engine defaults) is the best config measured.</p>")
-    c = outcome.confirmation
+    c = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == best.number else None
     if c is not None:
         cls = "good" if c.winner else "bad"
         lines.append(
@@ -253,7 +250,9 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
     else:
         lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
-    gates = "; ".join(f"{g.gate}: {'pass' if g.passed else 'FAIL'} ({g.detail})" for g in best.gates)
+    gates = "; ".join(f"{g.gate}: {g.status if g.passed else g.status.upper()} ({g.detail})" for g in best.gates)
+    if not outcome.accuracy:
+        gates = "accuracy unchecked (--no-accuracy)" + (f"; {gates}" if gates else "")
     lines.append(f"<p>gates of the best: {_e(gates or 'none configured or checked')}</p>")
     if outcome.stopped:
         lines.append(f"<p>stopped early: {_e(outcome.stopped)}</p>")

@@ -95,7 +95,7 @@ def test_report_of_a_stored_study_draws_in_chromium(tmp_path):
     dom = dump_dom(page)
     for div_id in PLOTS:
         assert 'class="main-svg"' in plot_markup(dom, div_id), div_id
-    assert "rejected: qeval gate" in dom and STUDY in dom
+    assert "rejected: qeval gate" in dom and "significantly worse" in dom and STUDY in dom
 
 
 def test_report_of_a_missing_study_is_bad_input(tmp_path, capsys):

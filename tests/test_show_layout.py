@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.models import Candidate, GateOutcome, Measurement, QevalReport, TrialResult
+from autotune.models import Candidate, GateOutcome, Measurement, NeedleCase, NeedleReport, QevalReport, TrialResult
 from autotune.report import diff_label
 from autotune.score import verdict
 from autotune.space import load_space
@@ -28,15 +28,25 @@ def _trial(number: int, params: dict, **extra) -> TrialResult:
     return TrialResult(study=STUDY, number=number, candidate=Candidate(engine="llamacpp", params={**base, **params}), **extra)
 
 
-def _ok(number: int, params: dict, tps: float, gates: list[GateOutcome] | None = None) -> TrialResult:
+def _qeval(correct: int) -> QevalReport:
+    results = {f"t{i:03d}": i < correct for i in range(75)}
+    return QevalReport(results=results, correct=correct, total=75, per_category={})
+
+
+NEEDLE = NeedleReport(cases=[NeedleCase(length_tokens=1843, prompt_tokens=1840, depth=0.5, passed=True,
+                                        expected="12345", answer="12345")])
+
+
+def _ok(number: int, params: dict, tps: float, gates: list[GateOutcome] | None = None, correct: int = 19) -> TrialResult:
     ms = [
         Measurement.of("decode_tps.prose", "tok/s", "decode", [tps, tps * 1.01, tps * 0.99]),
         Measurement.of("decode_tps.structured", "tok/s", "decode", [tps * 1.1] * 3),
         Measurement.of("ttft_ms.prose", "ms", "ttft", [300.0]),
         Measurement.of("prefill_tps.1024", "tok/s", "prefill", [97.0]),
     ]
-    qeval = QevalReport(results={}, correct=19, total=75, per_category={})
-    return _trial(number, params, status="ok", measurements=ms, objective=tps, score=tps * 0.98, qeval=qeval,
+    # the gates as stored; `show` judges them again from this evidence (needle, qeval vs trial 0)
+    return _trial(number, params, status="ok", measurements=ms, objective=tps, score=tps * 0.98, qeval=_qeval(correct),
+                  needle=NEEDLE,
                   gates=gates or [GateOutcome(gate="qeval", passed=True, detail="reference")], duration_s=300.0,
                   predicted={"decode_tps": 33.2})
 
@@ -51,7 +61,7 @@ def build_db(path: Path) -> Path:
         _trial(2, {"type_v": "q4_0"}, status="failed", reason="llama_init_from_model: quantized V cache requires flash_attn",
                failure={"failure_class": "kv_quant_needs_flash_attn", "message": "quantized V cache requires flash_attn"}),
         _ok(3, {"n_threads": 2, "draft_k": 4, "n_batch": 256, "n_ubatch": 128}, 40.1,
-            [GateOutcome(gate="qeval", passed=False, detail="worse than the baseline: 9 vs 19 of 75, p=0.004")]),
+            [GateOutcome(gate="qeval", passed=False, detail="worse than the baseline: 9 vs 19 of 75, p=0.004")], correct=9),
     ]:
         store.save_trial(trial)
     return path
@@ -72,7 +82,9 @@ def column_text(out: str) -> str:
 
 def assert_nothing_dropped(out: str, db: Path) -> None:
     text = column_text(out)
-    trials = [t for t in Store(db).trials(STUDY)]
+    from autotune.study import outcome_of
+
+    trials = outcome_of(Store(db), STUDY).trials  # gates as `show` judges them from the stored evidence
     base = trials[0].candidate
     for t in trials:
         for pair in diff_label(t.candidate, base).split():
