@@ -143,7 +143,6 @@ def search(
     from autotune.progress import forecast
 
     reporter = report.RichReporter(console, log_dir=logs / plan.study)
-    reporter.study_planned(forecast(plan, trials, confirm_rounds))
     try:
         outcome = search_lib.run(
             plan,
@@ -156,6 +155,7 @@ def search(
             reporter=reporter,
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
+            on_owned=lambda: reporter.study_planned(forecast(plan, trials, confirm_rounds)),
         )
     finally:
         reporter.close()

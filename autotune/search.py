@@ -332,11 +332,14 @@ def run(
     reporter: Reporter | None = None,
     wait_s: float | None = None,
     on_wait: Callable[[StudyOwner], None] | None = None,
+    on_owned: Callable[[], None] | None = None,
 ) -> StudyOutcome:
     """Run the study, owning it for the whole run: another process on the same study is refused
     (StudyBusy) or, with `wait_s`, waits that long for it."""
     assert plan.store is not None
     with StudyLock(plan.store, plan.study, wait_s=wait_s, on_wait=on_wait):
+        if on_owned is not None:  # e.g. the forecast: printed once this process owns the study
+            on_owned()
         return _run_owned(plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter)
 
 
