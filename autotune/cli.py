@@ -388,7 +388,21 @@ def _interrupted() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the app and turns known errors into one line and an exit code."""
+    """Entry point: runs the app and turns known errors into one line and an exit code. A Ctrl-C
+    that lands while autotune is already stopping engines (a second one, or one delivered late)
+    still ends in 130 with every engine stopped, never in a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            _stop_engines()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     stop_all = _stop_engines
     signal.signal(signal.SIGTERM, _sigterm)
     debug = os.environ.get("AUTOTUNE_DEBUG") == "1"

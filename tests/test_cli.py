@@ -335,3 +335,24 @@ def test_changed_space_is_refused_saying_what_changed(tmp_path, db, capsys):
     (tmp_path / "space.yaml").write_text(Path(path).read_text().replace("values: [1, 2, 3]", "values: [1, 2]") + "workload: {repeats: 5}\n")
     text = refused(capsys, db, "--space", path, "--study", "tiny")
     assert "(workload.repeats: 3 -> 5)" in text
+
+
+def test_a_ctrl_c_during_the_clean_up_still_exits_130_with_engines_stopped(monkeypatch):
+    """A second (or late) Ctrl-C while autotune stops its engines used to escape as a traceback
+    (exit -2, seen once in CI under load); it must end in 130 with the engines stopped."""
+    from autotune import cli
+
+    stops: list[str] = []
+
+    def interrupted_app(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def stop_engines() -> None:
+        stops.append("stop")
+        if len(stops) == 1:
+            raise KeyboardInterrupt  # the second Ctrl-C lands inside the first clean-up
+
+    monkeypatch.setattr(cli, "app", interrupted_app)
+    monkeypatch.setattr(cli, "_stop_engines", stop_engines)
+    assert cli.main(["search"]) == 130
+    assert len(stops) >= 2  # stopped again after the interrupted clean-up
