@@ -140,8 +140,6 @@ def search(
     if dry_run:
         report.print_dry_run(console, plan)
         return
-    from autotune.progress import forecast
-
     reporter = report.RichReporter(console, log_dir=logs / plan.study)
     try:
         outcome = search_lib.run(
@@ -155,7 +153,7 @@ def search(
             reporter=reporter,
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
-            on_owned=lambda: reporter.study_planned(forecast(plan, trials, confirm_rounds)),
+            on_owned=lambda: reporter.study_planned(search_lib.forecast(plan, trials, confirm_rounds)),
         )
     finally:
         reporter.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,8 +18,6 @@ from autotune.bench.client import ChatClient, Messages
 from autotune.models import Candidate, RequestResult, SearchSpace
 from autotune.store import Store
 
-if TYPE_CHECKING:
-    from autotune.search import SearchPlan
 
 # engine start to healthy when nothing was measured yet: guesses, said as such in the forecast
 STARTUP_GUESS_S = {"llamacpp": 5.0, "vllm": 120.0}
@@ -85,7 +83,7 @@ def measured_durations(store: Store, study: str, space: SearchSpace) -> tuple[li
 
 def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]:
     """Requests one trial sends per phase (phase names as trial.measure reports them)."""
-    from autotune.bench.needle import default_lengths
+    from autotune.space import needle_lengths
 
     work = space.workload
     per_set = work.repeats * min(work.prompts_per_set, PROMPTS_PER_SET_SHIPPED)
@@ -96,12 +94,8 @@ def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]
         out["cold prefill"] = 3 + work.prefill_repeats * len(fitting)
     if any(c > 1 for c in work.concurrency):
         out["concurrency"] = sum(c for c in work.concurrency if c > 1)
-    if space.gates.needle:
-        try:
-            lengths = default_lengths(context_tokens, space.gates.needle)
-        except Exception:  # a context too small for a needle fails inside the trial, not here
-            lengths = []
-        out["needle"] = len(lengths) * len(set(space.gates.needle.depths))
+    if space.gates.needle:  # the study's needle test, the same for every candidate
+        out["needle"] = len(needle_lengths(space)) * len(set(space.gates.needle.depths))
     if space.gates.qeval:
         out["qeval"] = space.gates.qeval.tasks
     return out
@@ -109,7 +103,7 @@ def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]
 
 def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | None, prefill_tps: float | None) -> float:
     """A rough upper guess of one trial: startup + every request's output at full length."""
-    from autotune.trial import context_tokens
+    from autotune.space import context_tokens
 
     work = space.workload
     ctx = context_tokens(space, Candidate(engine=space.engine, params={}))
@@ -126,38 +120,6 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
     tps = decode_tps or 20.0
     pps = prefill_tps or 200.0
     return STARTUP_GUESS_S.get(space.engine, 60.0) + out_tokens / tps + in_tokens / pps
-
-
-def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
-    from autotune.planner import estimate
-    from autotune.search import surviving
-    from autotune.space import baseline
-
-    store = plan.store
-    tried = {t.candidate.key() for t in store.trials(plan.study)} if store else set()
-    left = [c for c, why in surviving(plan) if why is None and c.key() not in tried]
-    measured = len([t for t in store.trials(plan.study) if t.status != "skipped"]) if store else 0
-    to_run = max(0, min(trials - measured, len(left)))
-    durations, basis = measured_durations(store, plan.study, plan.space) if store else ([], "")
-    if durations:
-        trial_s: float | None = statistics.median(durations)
-    else:
-        guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
-        trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
-        basis = (
-            "rough guess, nothing measured here yet: the workload's requests at the planner's "
-            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{STARTUP_GUESS_S.get(plan.space.engine, 60):.0f} s start"
-        )
-    return RunForecast(
-        study=plan.study,
-        candidates_total=plan.candidates_total,
-        candidates_left=len(left),
-        measured=measured,
-        trials=to_run,
-        confirm_rounds=confirm_rounds,
-        trial_s=trial_s,
-        basis=basis,
-    )
 
 
 def eta_s(durations: list[float], trials_left: int, confirm_launches: int, current_s: float = 0.0) -> float | None:

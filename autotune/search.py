@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ from autotune.planner import plan as plan_candidates
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.space import (
     Check,
+    baseline,
     Pruner,
     count_candidates,
     enumerate_candidates,
@@ -56,6 +58,7 @@ from autotune.model_shapes import dummy_weights
 from autotune.score import accuracy_status
 from autotune.space_fingerprint import check_same_experiment
 from autotune.space_fingerprint import fingerprint as space_fingerprint
+from autotune.progress import STARTUP_GUESS_S, RunForecast, measured_durations, workload_guess_s
 from autotune.store import Store
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.study_lock import StudyLock, StudyOwner
@@ -401,6 +404,35 @@ def _run_owned(
         cut = f"confirmation cut to {rounds} of {confirm_rounds} rounds by the time budget" if rounds < confirm_rounds else None
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped or cut)
     return result
+
+
+def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
+    """What a run will do before its first launch: candidates left, trials, confirmation, time."""
+    store = plan.store
+    tried = {t.candidate.key() for t in store.trials(plan.study)} if store else set()
+    left = [c for c in enumerate_candidates(plan.space) if plan.pruner.reason(c) is None and c.key() not in tried]
+    measured = len([t for t in store.trials(plan.study) if t.status != "skipped"]) if store else 0
+    to_run = max(0, min(trials - measured, len(left)))
+    durations, basis = measured_durations(store, plan.study, plan.space) if store else ([], "")
+    if durations:
+        trial_s: float | None = statistics.median(durations)
+    else:
+        guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
+        trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
+        basis = (
+            "rough guess, nothing measured here yet: the workload's requests at the planner's "
+            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{STARTUP_GUESS_S.get(plan.space.engine, 60):.0f} s start"
+        )
+    return RunForecast(
+        study=plan.study,
+        candidates_total=plan.candidates_total,
+        candidates_left=len(left),
+        measured=measured,
+        trials=to_run,
+        confirm_rounds=confirm_rounds,
+        trial_s=trial_s,
+        basis=basis,
+    )
 
 
 def pick_study(store: Store, name: str | None) -> str:

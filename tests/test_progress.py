@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from autotune.models import Candidate, RequestResult, TrialResult
-from autotune.progress import CountingClient, RequestProgress, eta_s, fmt_duration, forecast, workload_requests
+from autotune.progress import CountingClient, RequestProgress, eta_s, fmt_duration, workload_requests
+from autotune.search import forecast
 from autotune.report import ProgressLine, RichReporter
 from autotune.search import prepare
 from autotune.space import load_space
