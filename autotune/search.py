@@ -27,6 +27,7 @@ from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_
 from autotune.launchers.preflight import check_launch
 from autotune.launchers.watchdog import limits_for
 from autotune.model_files import resolve_model
+from autotune.model_shapes import dummy_weights
 from autotune.models import (
     Candidate,
     Cluster,
@@ -41,11 +42,13 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
+from autotune.progress import STARTUP_GUESS_S, RunForecast, measured_durations, workload_guess_s
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
+from autotune.score import accuracy_status
 from autotune.space import (
     Check,
-    baseline,
     Pruner,
+    baseline,
     count_candidates,
     enumerate_candidates,
     load_space,
@@ -54,11 +57,8 @@ from autotune.space import (
     probes_check,
     rules_check,
 )
-from autotune.model_shapes import dummy_weights
-from autotune.score import accuracy_status
 from autotune.space_fingerprint import check_same_experiment
 from autotune.space_fingerprint import fingerprint as space_fingerprint
-from autotune.progress import STARTUP_GUESS_S, RunForecast, measured_durations, workload_guess_s
 from autotune.store import Store
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.study_lock import StudyLock, StudyOwner
