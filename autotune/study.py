@@ -384,8 +384,8 @@ class Tuner:
             except Exception as exc:
                 self._cut(study, trial.number, candidate, "crashed", f"{type(exc).__name__}: {exc} ({stage[0]})")
                 raise
-            done_so_far = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
-            reference = reference_of(self.store, self.ctx.study, [*done_so_far, result])
+            before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
+            reference = reference_of(self.store, self.ctx.study, [*before, result])
             predicted = self.predict(candidate) if self.predict else {}
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
@@ -397,7 +397,7 @@ class Tuner:
             if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
             self._tell(study, trial, result)
-            done = self.store.trials(self.ctx.study)
+            done = [*before, result]  # the study's trials now: read once above, this one just saved
             typical = typical_trial_s(done)
             ranked = rank(done)
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
