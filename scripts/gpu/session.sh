@@ -6,6 +6,9 @@
 #   bash scripts/gpu/session.sh study1  # baseline + first tuned trials
 #   bash scripts/gpu/session.sh study2  # more trials, cross-check against vllm bench serve, export
 #   bash scripts/gpu/session.sh confirm # one interleaved relaunch round of best vs baseline, export
+# The verdict re-run (issues 10 and 14), after setup (which then also records the failure logs):
+#   bash scripts/gpu/session.sh verdict          # baseline, draft k=4, a failing KV dtype, a noise relaunch
+#   bash scripts/gpu/session.sh verdict-confirm  # the same study resumed: 2 interleaved confirmation rounds, export
 set -uo pipefail
 # /tmp/site-extra: sentencepiece/protobuf for the tokenizer rebuild, installed only if the machine lacks them
 export PYTHONPATH=/tmp/site:$PWD:/tmp/site-extra PYTHONUNBUFFERED=1
@@ -26,10 +29,13 @@ setup)
   python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out "$MODEL" || exit 1
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm_serve_help_all.txt" 2>&1
+  # real failure logs for tests/logs/, side by side with the probe (small GPU memory each)
+  timeout 330 python3 scripts/gpu/record_vllm_logs.py --model "$MODEL" --timeout 300 > "$OUT/record.txt" 2>&1 &
   timeout 420 $at probe --space vllm-gemma3-270m --model "$MODEL" --db "$DB" --timeout 240 --budget 130 \
     --json > "$OUT/probe.json" 2> "$OUT/probe.err"
   $at probe --space vllm-gemma3-270m --db "$DB" --no-engine > "$OUT/probe.txt" 2>&1
   cp -r autotune-logs/probe "$W/logs/" 2>/dev/null
+  wait
   save ;;
 study1)
   # --time-budget starts no trial that would not fit; `timeout` stays as the safety net under the 600 s call
@@ -47,5 +53,19 @@ confirm)
   COLUMNS=200 $at show --db "$DB" > "$OUT/show.txt" 2>&1
   $at export --db "$DB" -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
   save ;;
-*) echo "usage: $0 setup|study1|study2|confirm" >&2; exit 2 ;;
+verdict)
+  timeout 590 $at search --space vllm-gemma3-270m --study h200-verdict --model "$MODEL" --db "$DB" --logs "$W/logs" \
+    --trials 3 --try draft_k=4 --try kv_cache_dtype=fp8_e5m2 --noise-relaunches 1 --confirm-rounds 0 \
+    --time-budget 9.3 > "$OUT/verdict.txt" 2>&1
+  echo "search exit $?" >> "$OUT/verdict.txt"
+  save ;;
+verdict-confirm)
+  timeout 560 $at search --space vllm-gemma3-270m --study h200-verdict --model "$MODEL" --db "$DB" --logs "$W/logs" \
+    --trials 3 --try draft_k=4 --try kv_cache_dtype=fp8_e5m2 --noise-relaunches 1 --confirm-rounds 2 \
+    --time-budget 9 > "$OUT/verdict-confirm.txt" 2>&1
+  echo "search exit $?" >> "$OUT/verdict-confirm.txt"
+  COLUMNS=200 $at show --db "$DB" --study h200-verdict > "$OUT/show.txt" 2>&1
+  $at export --db "$DB" --study h200-verdict -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
+  save ;;
+*) echo "usage: $0 setup|study1|study2|confirm|verdict|verdict-confirm" >&2; exit 2 ;;
 esac

@@ -1,0 +1,141 @@
+"""Record real vLLM failure logs on a lent GPU machine, for the failure corpus in tests/logs/.
+
+Each case starts `vllm serve` with the flags that reproduce one failure (or one healthy start),
+several side by side (small --gpu-memory-utilization), captures the whole output, replaces the
+machine's paths with placeholders (<model>, <site>, <home>, <tmp>) and writes
+`$OUT/recorded/<fixture name>.log` with its source in the first line. Healthy starts are stopped
+once the server answers /health. Then, here: copy the files over their hand-written namesakes in
+tests/logs/ and run the signature tests.
+
+    python3 scripts/gpu/record_vllm_logs.py --model /tmp/gemma-hf [--only NAME ...] [--parallel 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+SMALL = ["--max-model-len", "4096", "--gpu-memory-utilization", "0.08"]
+
+
+@dataclass(frozen=True)
+class Case:
+    fixture: str  # the tests/logs/ file name it records
+    args: tuple[str, ...]
+    healthy: bool = False  # a start expected to come up: stopped at /health
+    model: str = "model"  # "model" or "no_weights" (config and tokenizer without the weights)
+
+
+CASES = [
+    Case("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2",
+         ("--attention-backend", "TRITON_ATTN", "--kv-cache-dtype", "fp8_e5m2", "--enforce-eager", *SMALL)),
+    Case("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2_compiled",
+         ("--attention-backend", "TRITON_ATTN", "--kv-cache-dtype", "fp8_e5m2", *SMALL)),
+    Case("backend_sliding_window__vllm_flashinfer_sm90",
+         ("--attention-backend", "FLASHINFER", "--enforce-eager", *SMALL)),
+    Case("backend_sliding_window__vllm_fp8_e5m2_backend_chosen",
+         ("--kv-cache-dtype", "fp8_e5m2", *SMALL)),
+    Case("kv_dtype_unsupported__vllm_nvfp4_no_backend", ("--kv-cache-dtype", "nvfp4", "--enforce-eager", *SMALL)),
+    Case("bad_flag__vllm_unrecognized_arguments", ("--no-such-flag", "1", *SMALL)),
+    Case("bad_flag__vllm_invalid_choice", ("--kv-cache-dtype", "fp9", *SMALL)),
+    Case("kv_cache_memory__vllm_max_seq_len",
+         ("--max-model-len", "32768", "--kv-cache-memory-bytes", "2000000", "--enforce-eager",
+          "--gpu-memory-utilization", "0.08")),
+    Case("kv_cache_memory__vllm_no_cache_blocks",
+         ("--max-model-len", "4096", "--gpu-memory-utilization", "0.004", "--enforce-eager")),
+    Case("unclassified_crash__vllm_missing_weight", ("--enforce-eager", *SMALL), model="no_weights"),
+    Case("clean__vllm_startup_fp8_kv", ("--kv-cache-dtype", "fp8", *SMALL), healthy=True),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrub(text: str, model_dir: Path) -> str:
+    home = str(Path.home())
+    for path, mark in ((str(model_dir.parent), "<models>"), ("/tmp/site", "<site>"), (home, "<home>")):
+        text = text.replace(path, mark)
+    return re.sub(r"/tmp/tmp[\w-]+", "<tmp>", text)
+
+
+def healthy(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        if sock.connect_ex(("127.0.0.1", port)) != 0:
+            return False
+        sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        return b" 200 " in sock.recv(64)
+
+
+def record(case: Case, model_dir: Path, no_weights: Path, out: Path, timeout_s: float) -> str:
+    model = model_dir if case.model == "model" else no_weights
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--port", str(port), *case.args]
+    log = out / f"{case.fixture}.log"
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as raw:
+        proc = subprocess.Popen(argv, stdout=raw, stderr=subprocess.STDOUT, start_new_session=True)
+        ended = "exited"
+        while proc.poll() is None:
+            if time.monotonic() - started > timeout_s:
+                ended = "timed out"
+                break
+            if case.healthy and healthy(port):
+                ended = "healthy"
+                break
+            time.sleep(1.0)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        raw.seek(0)
+        text = raw.read().decode("utf-8", "replace")
+    seconds = time.monotonic() - started
+    shown = " ".join(["vllm serve", f"<models>/{model.name}", *case.args])
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    header = (f"# recording: vLLM 0.26.0 on a lent NVIDIA H200 (sm_90), {when}, scripts/gpu/record_vllm_logs.py: "
+              f"`{shown}` ({ended} after {seconds:.0f} s, exit {proc.returncode})\n")
+    log.write_text(header + scrub(text, model_dir))
+    return f"{case.fixture}: {ended} after {seconds:.0f} s, exit {proc.returncode}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="a Hugging Face checkpoint directory (Gemma 3 270M)")
+    parser.add_argument("--only", nargs="*", help="fixture names to record (default: all)")
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
+    args = parser.parse_args(argv)
+    out = Path(os.environ.get("OUT", ".")) / "recorded"
+    out.mkdir(parents=True, exist_ok=True)
+    no_weights = args.model.parent / f"{args.model.name}-no-weights"
+    no_weights.mkdir(exist_ok=True)
+    for item in args.model.iterdir():
+        if item.is_file() and not item.name.endswith((".safetensors", ".bin")) and "index" not in item.name:
+            shutil.copy(item, no_weights / item.name)
+    cases = [c for c in CASES if not args.only or c.fixture in args.only]
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for line in pool.map(lambda c: record(c, args.model, no_weights, out, args.timeout), cases):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
