@@ -537,6 +537,8 @@ _RAY_WRAPPER_RE = re.compile(r"^ray\.exceptions\.\w+\((\w+)\)")
 _DYNAMO_UNSUPPORTED = "torch._dynamo.exc.Unsupported"
 _USER_CODE = "from user code:"
 _TRACEBACK = "Traceback (most recent call last):"
+# vLLM's shutdown path names the signal it was sent (0.26: "[shutdown] EngineCore: trigger received signal=SIGTERM")
+_STOP_SIGNAL_RE = re.compile(r"\[shutdown\].*received signal=SIG(TERM|INT)\b")
 _FRAME_RE = re.compile(r'^File "[^"]*", line \d+')
 
 
@@ -663,6 +665,10 @@ def _informative(line: str) -> bool:
 
 
 def _traceback_fallback(raw_lines: list[str], lines: list[str]) -> FailureInfo | None:
+    # a traceback printed while the engine shuts down on a signal that was sent to it (autotune
+    # stopping a server) is teardown noise, not the crash: only what came before counts
+    stop = next((i for i, line in enumerate(lines) if _STOP_SIGNAL_RE.search(line)), len(lines))
+    lines = lines[:stop]
     if not any(_TRACEBACK in line or _RAY_WRAPPER_RE.match(line.strip()) for line in lines):
         return None  # a crash report: a Python traceback, or Ray's error carrying a remote one
     hits = [i for i, line in enumerate(lines) if _EXCEPTION_RE.match(line.strip())]

@@ -1,8 +1,8 @@
 """The failure-signature table against log excerpts in tests/logs/.
 
 A fixture named `<failure_class>__<what>.log` must classify as that class; `clean__*.log` must
-classify as None. llama.cpp fixtures are recorded output; vLLM fixtures wrap vLLM's exact error
-strings in its log format (each file's first line says which).
+classify as None. Each file's first line says whether it is a recording (and of what: this CPU
+machine, a lent H200, a public issue) or hand-written around vLLM's exact error strings.
 """
 
 from __future__ import annotations
@@ -246,8 +246,9 @@ def test_every_log_says_whether_it_is_a_recording_and_where_from(path: Path) -> 
     first = header(path)
     assert first.startswith((RECORDING, HAND_WRITTEN)), f"{path.name}: first line must be '{RECORDING}<source>' or '{HAND_WRITTEN}<why>'"
     if first.startswith(RECORDING):
-        # a public issue, or the script that records it here (machine, engine version, command)
-        assert re.search(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|scripts/record_logs\.py on .+ \d{4}-\d\d-\d\d: ", first), first
+        # a public issue, or the script that recorded it (here, or a stage on a lent GPU machine):
+        # machine, engine version, command
+        assert re.search(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|scripts/(gpu/)?[\w]+\.(py|sh)( [\w-]+)? on .+ \d{4}-\d\d-\d\d: ", first), first
 
 
 def test_the_corpus_is_mostly_recorded_where_a_recording_can_be_had() -> None:
@@ -340,3 +341,22 @@ def test_flashinfer_sliding_window_refusal_on_sm90_is_a_row() -> None:
     line = ("(EngineCore_DP0 pid=9) ERROR 12-01 10:00:00 [core.py:842] NotImplementedError: FlashInfer backend on SM90 "
             "currently crashes with sliding-window attention layers. Use the default attention backend.")
     assert classify("Traceback (most recent call last):\n" + line, engine="vllm").failure_class == "backend_sliding_window"
+
+
+# ---------------------------------------------------------------- recordings from the lent H200 (2026-12-01)
+
+def test_flashinfer_sliding_window_refusal_recorded_eager_and_compiled_classifies_alike() -> None:
+    # eager: the probe forced FLASHINFER; compiled: a trial left the backend to vLLM, which chose it for fp8_e5m2
+    eager = classify(read("backend_sliding_window__vllm_flashinfer_sm90_eager.log"), engine="vllm")
+    compiled = classify(read("backend_sliding_window__vllm_fp8_e5m2_backend_chosen_compiled.log"), engine="vllm")
+    assert eager.failure_class == compiled.failure_class == "backend_sliding_window"
+    assert eager.implicates == compiled.implicates == ["attention_backend"]
+    assert "--attention-backend" not in read("backend_sliding_window__vllm_fp8_e5m2_backend_chosen_compiled.log").splitlines()[1]
+
+
+def test_a_traceback_printed_while_autotune_stops_the_engine_is_not_a_crash() -> None:
+    text = read("clean__vllm_probe_fp8_kv_flash_attn_eager.log")
+    assert classify(text, engine="vllm") is None
+    # the same log without the signal line: the EngineDeadError traceback counts again
+    without_signal = "\n".join(line for line in text.splitlines() if "received signal=SIGTERM" not in line)
+    assert classify(without_signal, engine="vllm").failure_class == UNCLASSIFIED

@@ -3,11 +3,16 @@
 Each case starts `vllm serve` with the flags that reproduce one failure (or one healthy start),
 several side by side (small --gpu-memory-utilization), captures the whole output, replaces the
 machine's paths with placeholders (<model>, <site>, <home>, <tmp>) and writes
-`$OUT/recorded/<fixture name>.log` with its source in the first line. Healthy starts are stopped
+`<fixture name>.log` in --out with its source in the first line. Healthy starts are stopped
 once the server answers /health. Then, here: copy the files over their hand-written namesakes in
 tests/logs/ and run the signature tests.
 
     python3 scripts/gpu/record_vllm_logs.py --model /tmp/gemma-hf [--only NAME ...] [--parallel 4]
+
+A log that an autotune run wrote on the GPU machine (a probe launch, a trial) becomes a fixture the
+same way, scrubbed, with the run that made it as its source:
+
+    python3 scripts/gpu/record_vllm_logs.py --from-log trial-002.log --as NAME --source "scripts/gpu/session.sh verdict ..."
 """
 
 from __future__ import annotations
@@ -66,10 +71,17 @@ def free_port() -> int:
 
 
 def scrub(text: str, model_dir: Path) -> str:
-    home = str(Path.home())
-    for path, mark in ((str(model_dir.parent), "<models>"), ("/tmp/site", "<site>"), (home, "<home>")):
-        text = text.replace(path, mark)
+    """The GPU machine's paths become placeholders (its models folder, the bundle's site-packages,
+    its Python environment, its home)."""
+    for path, mark in ((str(model_dir), f"<models>/{model_dir.name}"), ("/tmp/site", "<site>"), (sys.prefix, "<venv>"),
+                       ("/opt/torch/.venv", "<venv>"), (str(Path.home()), "<home>"), ("/root", "<home>")):
+        if path not in ("", "/"):
+            text = text.replace(path, mark)
     return re.sub(r"/tmp/tmp[\w-]+", "<tmp>", text)
+
+
+def header(source: str) -> str:
+    return f"# recording: {source}\n"
 
 
 def healthy(port: int) -> bool:
@@ -110,20 +122,31 @@ def record(case: Case, model_dir: Path, no_weights: Path, out: Path, timeout_s: 
     seconds = time.monotonic() - started
     shown = " ".join(["vllm serve", f"<models>/{model.name}", *case.args])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    header = (f"# recording: vLLM 0.26.0 on a lent NVIDIA H200 (sm_90), {when}, scripts/gpu/record_vllm_logs.py: "
-              f"`{shown}` ({ended} after {seconds:.0f} s, exit {proc.returncode})\n")
-    log.write_text(header + scrub(text, model_dir))
+    source = (f"scripts/gpu/record_vllm_logs.py on a lent NVIDIA H200 (sm_90, vLLM 0.26.0) {when}: "
+              f"`{shown}` ({ended} after {seconds:.0f} s, exit {proc.returncode})")
+    log.write_text(header(source) + scrub(text, model_dir))
     return f"{case.fixture}: {ended} after {seconds:.0f} s, exit {proc.returncode}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="a Hugging Face checkpoint directory (Gemma 3 270M)")
+    parser.add_argument("--model", type=Path, default=Path("/tmp/gemma-hf"), help="a Hugging Face checkpoint directory (Gemma 3 270M)")
+    parser.add_argument("--from-log", type=Path, help="turn this log of an autotune run into a fixture instead")
+    parser.add_argument("--as", dest="fixture", help="with --from-log: the fixture name (tests/logs/NAME.log)")
+    parser.add_argument("--source", help="with --from-log: the run that wrote it (machine, date, command)")
     parser.add_argument("--only", nargs="*", help="fixture names to record (default: all)")
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--out", type=Path, help="folder for the logs (default: $OUT/recorded)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     args = parser.parse_args(argv)
-    out = Path(os.environ.get("OUT", ".")) / "recorded"
+    if args.from_log:
+        if not (args.fixture and args.source):
+            parser.error("--from-log needs --as and --source")
+        target = Path(__file__).resolve().parents[2] / "tests" / "logs" / f"{args.fixture}.log"
+        target.write_text(header(args.source) + scrub(args.from_log.read_text(), args.model))
+        print(f"wrote {target.name}")
+        return 0
+    out = args.out or Path(os.environ.get("OUT", ".")) / "recorded"
     out.mkdir(parents=True, exist_ok=True)
     no_weights = args.model.parent / f"{args.model.name}-no-weights"
     no_weights.mkdir(exist_ok=True)

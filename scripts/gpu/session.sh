@@ -18,7 +18,8 @@ at="python3 -m autotune"
 space=(--space vllm-gemma3-270m --model "$MODEL" --db "$DB" --logs "$W/logs" --confirm-rounds 0)
 tries=(--try kv_cache_dtype=fp8 --try attention_backend=TRITON_ATTN,max_num_seqs=32,max_num_batched_tokens=2048
        --try draft_k=4 --try enforce_eager=true)
-save() { cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null; }
+# one archive per kind: a run brings back only a few files, and $OUT is new in every call
+save() { cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs $(cd "$W" && ls -d recorded 2>/dev/null) 2>/dev/null; }
 case "${1:-}" in
 setup)
   (cd /tmp/gpu-bundle && cat part* | tar x && bash stage/install-on-device) || exit 1
@@ -30,7 +31,7 @@ setup)
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm_serve_help_all.txt" 2>&1
   # real failure logs for tests/logs/, side by side with the probe (small GPU memory each)
-  timeout 330 python3 scripts/gpu/record_vllm_logs.py --model "$MODEL" --timeout 300 > "$OUT/record.txt" 2>&1 &
+  timeout 330 python3 scripts/gpu/record_vllm_logs.py --model "$MODEL" --timeout 300 --out "$W/recorded" > "$OUT/record.txt" 2>&1 &
   timeout 420 $at probe --space vllm-gemma3-270m --model "$MODEL" --db "$DB" --timeout 240 --budget 130 \
     --json > "$OUT/probe.json" 2> "$OUT/probe.err"
   $at probe --space vllm-gemma3-270m --db "$DB" --no-engine > "$OUT/probe.txt" 2>&1
