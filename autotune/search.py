@@ -118,6 +118,15 @@ def check_writable(db_path: Path) -> None:
         raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 
+def node_profile(name: str, device: DeviceIdentity | None, cluster_file: Path | None) -> HardwareProfile:
+    """The hardware of one node. With a cluster file a node is what the file calls one: its
+    gpus_per_node wins over the profile's (two raylets of one GPU each on a two-GPU host)."""
+    profile = resolve_hardware(name, device)
+    if cluster_file is None:
+        return profile
+    return profile.model_copy(update={"gpus_per_node": load_cluster(cluster_file).gpus_per_node})
+
+
 def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Check:
     def check(candidate: Candidate) -> str | None:
         try:
@@ -221,7 +230,7 @@ def prepare(
             raise
         model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
     device = detect_device()
-    profile = resolve_hardware(hardware or space.hardware, device)
+    profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
     launcher_name = launcher or space.launcher
@@ -605,7 +614,9 @@ def plan_space(
     cluster_file: Path | None = None,
 ) -> PlanReport:
     """Memory fit and predictions per candidate, plus the best-predicted one's launch per node."""
-    space, engine, profile, node_count, kept, probe_dropped = _planned(space_name, hardware, nodes, model_path, db_path)
+    space, engine, profile, node_count, kept, probe_dropped = _planned(
+        space_name, hardware, nodes, model_path, db_path, cluster_file
+    )
     report = plan_candidates(space, kept, profile, node_count)
     launch = note = None
     if report.kept:
@@ -617,7 +628,8 @@ def plan_space(
 
 
 def _planned(
-    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None
+    space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None,
+    cluster_file: Path | None = None,
 ) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate], list[PlanEstimate]]:
     """The space's candidates that rules, layout and -- when runs.db holds probes of this very host
     and the plan is for this host's hardware -- the probes allow; the probe-refused ones apart."""
@@ -627,7 +639,7 @@ def _planned(
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
     device = detect_device() if store is not None or (hardware or space.hardware) == "auto" else None
-    profile = resolve_hardware(hardware or space.hardware, device)
+    profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
     dropped: list[PlanEstimate] = []

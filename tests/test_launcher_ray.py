@@ -298,3 +298,26 @@ def test_ray_start_argv_for_a_local_stand_in_node(tmp_path):
     assert argv[argv.index("--temp-dir") + 1] == str(tmp_path / "n1")
     assert argv[argv.index("--num-gpus") + 1] == "1" and argv[argv.index("--num-cpus") + 1] == "1"
     assert rank_env(cluster, 1)["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_cluster_file_of_one_gpu_raylets_sets_the_layout_not_the_profiles_gpu_count(tmp_path):
+    # the two-GPU machine as two raylets of one GPU each (issue 16): the h200 profile says 8 GPUs
+    # per node (an HGX board); the cluster file says 1, and the cluster is what the launch fills
+    from autotune import search
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(textwrap.dedent("""\
+        gpus_per_node: 1
+        rdma: false
+        nodes:
+          - {ip: 10.1.2.3, gpus: "0", temp_dir: /tmp/at-r0}
+          - {ip: 10.1.2.3, gpus: "1", temp_dir: /tmp/at-r1}
+        """))
+    plan = search.prepare(
+        space_name="vllm-minimax-m2-12l-dummy", model_path=None, db_path=tmp_path / "runs.db", study=None,
+        hardware="h200", nodes=2, accuracy=False, logs_dir=tmp_path / "logs", dry_run=True,
+        cluster_file=cluster, launcher="ray",
+    )
+    assert plan.space.fixed["tensor_parallel_size"] == 2
+    assert plan.hardware.gpus_per_node == 1 and plan.ctx.cluster is not None
+    assert [n.gpus for n in plan.ctx.cluster.nodes] == ["0", "1"]
