@@ -8,6 +8,7 @@
 #   bash scripts/gpu/dummy_moe.sh minimax  # MiniMax-M2 shape (12 layers): baseline + tries
 #   bash scripts/gpu/dummy_moe.sh aa       # MiniMax baseline relaunched (launch-to-launch noise)
 #   bash scripts/gpu/dummy_moe.sh gptoss   # gpt-oss-20b shape (bf16): baseline + tries
+#   bash scripts/gpu/dummy_moe.sh knobs    # MiniMax: the knobs not yet measured (CUDA graphs off, max_num_seqs, Triton MoE forced)
 #   bash scripts/gpu/dummy_moe.sh report   # show + export of every study
 # Then, on any machine: python3 scripts/gpu/dummy_report.py --db runs.db (table + planner held-out error)
 set -uo pipefail
@@ -57,6 +58,11 @@ aa)        # the MiniMax baseline launched again in a study of its own: launch-t
   timeout 200 $at search --space vllm-minimax-m2-12l-dummy --study minimax-aa-relaunch --db "$DB" \
     --logs "$W/logs" --confirm-rounds 0 --trials 1 > "$OUT/minimax-aa.txt" 2>&1
   save ;;
+knobs)     # the MiniMax study resumed (its baseline is measured again if this is a fresh machine)
+  install
+  study vllm-minimax-m2-12l-dummy 570 9.3 \
+    --try enforce_eager=true --try max_num_seqs=32 --try quantization=fp8,moe_backend=triton
+  save ;;
 gptoss)
   install
   study vllm-gpt-oss-20b-dummy 560 9 --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8
@@ -66,5 +72,5 @@ report)
   for s in $(python3 -c "import sqlite_utils; print(' '.join(r['name'] for r in sqlite_utils.Database('$DB')['tuning_studies'].rows))"); do
     $at export --db "$DB" --study "$s" -o "$OUT/recipe-$s.yaml" > /dev/null 2>> "$OUT/show.txt"
   done ;;
-*) echo "usage: $0 qwen|qwen2|minimax|aa|gptoss|report" >&2; exit 2 ;;
+*) echo "usage: $0 qwen|qwen2|minimax|aa|gptoss|knobs|report" >&2; exit 2 ;;
 esac
