@@ -402,7 +402,7 @@ def print_probe(console: Console, result: Any) -> None:
 
 
 def print_untested(console: Console, results: list[Any]) -> None:
-    from probes.launch_order import untested_summary
+    from autotune.launch_order import untested_summary
 
     untested = untested_summary(r for r in results if r.params)
     if not untested:

@@ -19,8 +19,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from autotune.confirm import confirm, relaunch
+from autotune.device import detect, host_fingerprint
 from autotune.engines import Engine, get_engine
-from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
+from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
 from autotune.hardware import GIB_IN_GB, is_this_host, parallel_layout, resolve_hardware
 from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster, placeholder_note
@@ -59,7 +60,7 @@ from autotune.space import (
 )
 from autotune.space_fingerprint import check_same_experiment
 from autotune.space_fingerprint import fingerprint as space_fingerprint
-from autotune.store import Store
+from autotune.store import Store, check_writable
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.study_lock import StudyLock, StudyOwner
 from autotune.trial import TrialContext
@@ -85,37 +86,8 @@ class SearchPlan(BaseModel):
     first: list[Candidate] = []
 
 
-def detect_device() -> DeviceIdentity:
-    from probes.device import detect
-
-    return detect()
-
-
-def fingerprint(device: DeviceIdentity, engine: Engine) -> HostFingerprint:
-    gpu = device.gpus[0] if device.gpus else None
-    return HostFingerprint(
-        hostname=socket.gethostname(),
-        gpu=f"{len(device.gpus)}x {gpu.name}" if gpu else None,
-        compute_capability=gpu.compute_capability if gpu else None,
-        driver=device.driver,
-        cuda=device.cuda_runtime,
-        torch=device.torch_version,
-        engine=engine.name,
-        engine_version=engine.version(),
-    )
-
-
 def open_store(db_path: Path, must_exist: bool = False) -> Store:
     return Store(db_path, must_exist=must_exist)
-
-
-def check_writable(db_path: Path) -> None:
-    parent = db_path.parent if str(db_path.parent) else Path(".")
-    target = db_path if db_path.exists() else parent
-    if not target.exists():
-        raise StoreError(f"cannot create {db_path}: folder {parent} does not exist")
-    if not os.access(target, os.W_OK):
-        raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 
 def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Check:
@@ -220,14 +192,14 @@ def prepare(
         if not dry_run:
             raise
         model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
-    device = detect_device()
+    device = detect()
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
     launcher_name = launcher or space.launcher
     cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
     check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
-    host = fingerprint(device, engine)
+    host = host_fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
     else:
@@ -626,13 +598,13 @@ def _planned(
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
-    device = detect_device() if store is not None or (hardware or space.hardware) == "auto" else None
+    device = detect() if store is not None or (hardware or space.hardware) == "auto" else None
     profile = resolve_hardware(hardware or space.hardware, device)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
     dropped: list[PlanEstimate] = []
     if store is not None and device is not None and is_this_host(profile, device):
-        check = probes_check(store.probe_results(fingerprint(device, engine).key()))
+        check = probes_check(store.probe_results(host_fingerprint(device, engine).key()))
         verdicts = [(c, check(c)) for c in kept]
         kept = [c for c, why in verdicts if why is None]
         dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]

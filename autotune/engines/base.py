@@ -8,6 +8,8 @@ then per trial `render()` -> a launcher starts it -> on failure `classify(log)`;
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from importlib import import_module
+from pathlib import Path
 from typing import ClassVar
 
 from autotune.errors import ConfigError
@@ -17,9 +19,11 @@ from autotune.models import (
     FailureInfo,
     LaunchSpec,
     ModelSpec,
+    ProbeResult,
     Scalar,
     SearchSpace,
 )
+from autotune.signatures import classify
 
 
 class Engine(ABC):
@@ -31,6 +35,10 @@ class Engine(ABC):
     metrics_path: ClassVar[str | None] = None
     #: POST endpoint that tokenizes text with the served model's tokenizer.
     tokenize_path: ClassVar[str] = "/tokenize"
+
+    #: "module:function" of this engine's feature probes (registered by name, like the engines:
+    #: the probes import the engine, not the other way round); None = it has none
+    feature_probes_entry: ClassVar[str | None] = None
 
     #: knob -> flag for plugin/fork options this module does not know (set from the space)
     plugin_flags: dict[str, str] = {}
@@ -73,9 +81,28 @@ class Engine(ABC):
 
     def classify(self, log_text: str) -> FailureInfo | None:
         """The failure this log shows, from the shared signature table; None when it shows none."""
-        from probes.signatures import classify
-
         return classify(log_text, engine=self.name)
+
+    def feature_probes(
+        self,
+        model_path: str,
+        *,
+        timeout_s: float,
+        budget_s: float,
+        logs_dir: Path,
+        space_name: str | None = None,
+        stored: list[ProbeResult] | None = None,
+    ) -> list[ProbeResult]:
+        """Launch this engine's probe cells on this host (what works, with evidence), within
+        `budget_s`, what the space uses first; with `stored` (a resume), only the cells an
+        earlier probe left untested."""
+        if self.feature_probes_entry is None:
+            raise ConfigError(f"no feature probes for engine {self.name!r}")
+        module, _, function = self.feature_probes_entry.partition(":")
+        return getattr(import_module(module), function)(
+            self, model_path, timeout_s=timeout_s, budget_s=budget_s, logs_dir=logs_dir,
+            space_name=space_name, stored=list(stored or []),
+        )
 
     def selected(self, log_text: str) -> dict[str, str]:
         """What the engine reports it actually used (backends, cache types); engine-specific."""

@@ -62,6 +62,7 @@ class LlamaCppEngine(Engine):
     knobs: ClassVar[frozenset[str]] = frozenset({*PLAIN_OPTIONS, "type_k", "type_v", "draft_k"})
     health_path = "/v1/models"
     tokenize_path = "/extras/tokenize"
+    feature_probes_entry = "autotune.engines.llamacpp_probes:feature_probes"
 
     def version(self) -> str | None:
         try:

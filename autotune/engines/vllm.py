@@ -100,6 +100,7 @@ class VllmEngine(Engine):
     health_path = "/health"
     metrics_path = "/metrics"
     tokenize_path: ClassVar[str] = "/tokenize"
+    feature_probes_entry = "autotune.engines.vllm_probes:feature_probes"
 
     def __init__(self, python: str | None = None) -> None:
         #: the interpreter that runs vLLM (default: this one)
