@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
 from autotune.launchers.base import free_port
-from autotune.launchers.cluster import open_server
+from autotune.launchers import open_server
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
 from autotune.trial import TrialContext, failure_from_log
 

@@ -23,6 +23,7 @@ from autotune.device import detect, host_fingerprint
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
 from autotune.hardware import GIB_IN_GB, is_this_host, parallel_layout, resolve_hardware
+from autotune.launchers import launcher_class
 from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster, placeholder_note
 from autotune.launchers.preflight import check_launch
@@ -142,8 +143,7 @@ def cluster_for(
     """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
     standing in for boxes when this host has the GPUs for all of them. A dry run launches nothing,
     so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
-    if launcher not in ("process", "ray", "docker"):
-        raise ConfigError(f"unknown launcher {launcher!r}; use process, ray or docker")
+    launcher_class(launcher)  # an unknown name is refused here, before anything is read
     if cluster_file is not None:
         cluster = load_cluster(cluster_file)
         if len(cluster.nodes) != nodes:

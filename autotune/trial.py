@@ -10,7 +10,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -19,7 +18,7 @@ from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.engines.base import Engine
 from autotune.errors import AutotuneError, EngineStartError
-from autotune.launchers.cluster import open_server
+from autotune.launchers import open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     Candidate,
@@ -50,7 +49,7 @@ class TrialContext(BaseModel):
     port: int = 8470
     accuracy: bool = True
     watchdog: WatchdogLimits = WatchdogLimits()
-    launcher: Literal["process", "ray", "docker"] = "process"
+    launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
     cluster: Cluster | None = None
 
     def render(self, candidate: Candidate) -> LaunchSpec:

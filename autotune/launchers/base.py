@@ -11,12 +11,13 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
 from autotune.errors import EngineStartError
 from autotune.launchers.watchdog import WatchdogLimits
-from autotune.models import FailureInfo, LaunchSpec, NodeLaunch
+from autotune.models import Cluster, FailureInfo, LaunchSpec, NodeLaunch
 
 
 def free_port() -> int:
@@ -34,7 +35,31 @@ def command_line(node: NodeLaunch) -> str:
 
 
 class Launched:
-    """Subclasses implement start(), wait_ready() and stop()."""
+    """Subclasses implement open(), start(), wait_ready(), stop() and stop_all(); the registry
+    (autotune/launchers/__init__.py) names them."""
+
+    #: whether it runs launches with Ray head/worker nodes (the process launcher runs one server)
+    multi_node: ClassVar[bool] = True
+
+    @classmethod
+    def open(
+        cls,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        cluster: Cluster | None = None,
+        study: str = "autotune",
+        trial: str = "0",
+        startup_timeout_s: float = 180.0,
+        limits: WatchdogLimits | None = None,
+    ) -> Launched:
+        """This launcher for `launch`, not started yet (entering it starts it)."""
+        raise NotImplementedError
+
+    @classmethod
+    def stop_all(cls) -> None:
+        """Stop every launch of this launcher still up (signal handlers and atexit call this)."""
+        raise NotImplementedError
 
     def start(self) -> None:
         raise NotImplementedError

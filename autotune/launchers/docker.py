@@ -15,6 +15,7 @@ when a DockerServer starts.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -28,9 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.errors import EngineStartError, EngineUnavailable
+from autotune.errors import ConfigError, EngineStartError, EngineUnavailable
 from autotune.launchers.base import Launched, wait_for_health
-from autotune.launchers.cluster import PASS_THROUGH_ENV, pass_through_env
 from autotune.launchers.process import tail
 from autotune.launchers.ray import (
     NODES_MARKER,
@@ -38,6 +38,7 @@ from autotune.launchers.ray import (
     nodes_check_argv,
     parse_nodes_report,
 )
+from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import CONTAINER_HF_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
@@ -48,6 +49,14 @@ LABEL_ROLE = "autotune.role"
 CONTAINER_PYTHON = "python3"  # the engine's interpreter inside the image
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]+")
 _LIVE: weakref.WeakSet[DockerServer] = weakref.WeakSet()
+#: read from the caller's environment when a container starts; never written anywhere
+PASS_THROUGH_ENV: tuple[str, ...] = ("HF_TOKEN",)
+
+
+def pass_through_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The secrets to hand a container at start: PASS_THROUGH_ENV names present now."""
+    source = os.environ if environ is None else environ
+    return {name: source[name] for name in PASS_THROUGH_ENV if name in source}
 
 
 class ContainerSpec(BaseModel):
@@ -300,6 +309,26 @@ class DockerServer(Launched):
         self._suffix = uuid.uuid4().hex[:6]
         self.cleanup_errors: list[str] = []
 
+    @classmethod
+    def open(
+        cls,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        cluster: Cluster | None = None,
+        study: str = "autotune",
+        trial: str = "0",
+        startup_timeout_s: float = 180.0,
+        limits: WatchdogLimits | None = None,
+    ) -> Launched:
+        if cluster is None:
+            raise ConfigError("the docker launcher needs a cluster file (nodes, image)")
+        return cls(launch, cluster, log_path, study=study, trial=trial, startup_timeout_s=startup_timeout_s)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        stop_all()
+
     # -------------------------------------------------------------- lifecycle
 
     def stop_after_failed_start(self) -> None:
@@ -326,7 +355,8 @@ class DockerServer(Launched):
         )
 
     def alive(self) -> bool:
-        return self._dead() is None
+        """Up: started, not stopped (stopping removes every container), and nothing has ended."""
+        return bool(self.containers) and self._dead() is None
 
     def log_text(self, max_bytes: int = 8_000) -> str:
         """Each container's recent log, then the server's (exec'd server: its streamed output)."""

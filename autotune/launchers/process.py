@@ -17,8 +17,9 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-from autotune.launchers.base import LocalLaunched, command_line, wait_for_health
-from autotune.launchers.watchdog import Watchdog
+from autotune.launchers.base import Launched, LocalLaunched, command_line, wait_for_health
+from autotune.launchers.watchdog import Watchdog, WatchdogLimits
+from autotune.models import Cluster, LaunchSpec
 
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 _PR_SET_PDEATHSIG = 1
@@ -68,9 +69,30 @@ def read_log(path: Path, head_bytes: int = 1_000_000, tail_bytes: int = 2_000_00
 
 
 class ServerProcess(LocalLaunched):
+    """One engine process on this host, in its own process group."""
+
+    multi_node = False
     proc: subprocess.Popen[bytes] | None = None
     watchdog: Watchdog | None = None
     _log: IO[bytes] | None = None
+
+    @classmethod
+    def open(
+        cls,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        cluster: Cluster | None = None,
+        study: str = "autotune",
+        trial: str = "0",
+        startup_timeout_s: float = 180.0,
+        limits: WatchdogLimits | None = None,
+    ) -> Launched:
+        return cls(launch, log_path, startup_timeout_s=startup_timeout_s, limits=limits)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        stop_all()
 
     def start(self) -> None:
         node = self.launch.server

@@ -32,7 +32,7 @@ from autotune.errors import EngineStartError
 from autotune.launchers.base import Launched, LocalLaunched, command_line, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
-from autotune.models import LaunchSpec, NodeLaunch
+from autotune.models import Cluster, LaunchSpec, NodeLaunch
 
 _LIVE: weakref.WeakSet[RayCluster] = weakref.WeakSet()
 
@@ -391,6 +391,26 @@ class ClusterServer(LocalLaunched):
         super().__init__(launch, log_path, startup_timeout_s=startup_timeout_s, host=host, limits=limits)
         self.ray = RayCluster(launch, log_path, ready_timeout_s=startup_timeout_s, limits=self.limits)
         self.server: ServerProcess | None = None
+
+    @classmethod
+    def open(
+        cls,
+        launch: LaunchSpec,
+        log_path: Path,
+        *,
+        cluster: Cluster | None = None,
+        study: str = "autotune",
+        trial: str = "0",
+        startup_timeout_s: float = 180.0,
+        limits: WatchdogLimits | None = None,
+    ) -> Launched:
+        host = cluster.client_host if cluster else "127.0.0.1"
+        return cls(launch, log_path, startup_timeout_s=startup_timeout_s, limits=limits, host=host)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        ServerProcess.stop_all()  # the server on the head first, then the Ray nodes under it
+        stop_all()
 
     def start(self) -> None:
         self._t0 = time.monotonic()
