@@ -29,6 +29,7 @@ from typing import Any
 
 from rich.table import Table
 
+from autotune.engines import Engine, Knobs, get_engine
 from autotune.errors import ConfigError
 from autotune.hardware import (
     PlannerFacts,
@@ -84,50 +85,9 @@ COMPUTE_PRECISION: dict[str, str] = {
     "nvfp4": "fp4",
 }
 
-# KV bytes per element. vLLM --kv-cache-dtype (capabilities.md §2.2); "auto" = the model dtype.
-VLLM_KV_BYTES: dict[str, float] = {
-    "float16": 2.0,
-    "bfloat16": 2.0,
-    "fp8": 1.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "fp8_inc": 1.0,
-    "fp8_ds_mla": 1.0,  # scales and the bf16 rope part ignored
-    "nvfp4": 0.5625,  # e2m1 + one fp8 scale per 16
-    "turboquant_k8v4": 0.75,  # 8-bit K, 4-bit V
-    "turboquant_4bit_nc": 0.5,
-    "turboquant_k3v4_nc": 0.4375,
-    "turboquant_3bit_nc": 0.375,
-    "int8_per_token_head": 1.0,
-    "fp8_per_token_head": 1.0,
-    "int4_per_token_head": 0.5,
-    "int2_per_token_head": 0.25,
-}
-# llama.cpp --cache-type-k / -v: ggml block sizes (q8_0 = 34 bytes per 32 values, ...).
-LLAMACPP_KV_BYTES: dict[str, float] = {
-    "f32": 4.0,
-    "f16": 2.0,
-    "bf16": 2.0,
-    "q8_0": 34 / 32,
-    "q5_1": 24 / 32,
-    "q5_0": 22 / 32,
-    "q4_1": 20 / 32,
-    "q4_0": 18 / 32,
-    "iq4_nl": 18 / 32,
-}
-# ExLlamaV3/TabbyAPI `cache_mode` (used by EXL3 forks; not a vLLM dtype). Assumed: the stated
-# bits plus one 16-bit scale per 32 values.
-CACHE_MODE_BYTES: dict[str, float] = {"fp16": 2.0, "q8": 8.5 / 8, "q6": 6.5 / 8, "q4": 4.5 / 8}
-
-# Overhead per GPU: stated, not fitted.
-VLLM_FIXED_GB = 1.5  # CUDA context, torch/NCCL buffers, sampler
-VLLM_CUDA_GRAPHS_GB = 0.5  # graph pools; 0 with enforce_eager
-LLAMACPP_FIXED_GB = 0.25  # context + scratch
+# Overhead per GPU beyond the engine's own fixed part (Engine.memory_overhead): stated, not fitted.
 ACTIVATION_WIDTHS = 16  # hidden-size-wide bf16 buffers alive per batched token at the peak
 ACTIVATION_FRACTION = 0.03  # of weights per GPU, when hidden_size is unknown
-VLLM_DEFAULT_BATCHED_TOKENS = 8192
-LLAMACPP_DEFAULT_UBATCH = 512
-VLLM_DEFAULT_GMU = 0.9
 
 # Decode context: our prose/structured prompts are short; the mean context of a decode step is
 # the prompt plus half the generated tokens.
@@ -312,24 +272,6 @@ class _Notes:
             self.assumptions.append(text)
 
 
-class _Params:
-    """Knob lookup: the candidate's value, else the space's fixed one; None = engine default."""
-
-    def __init__(self, space: SearchSpace, candidate: Candidate) -> None:
-        self.values: dict[str, Scalar] = {**space.fixed, **candidate.params}
-
-    def get(self, name: str) -> Scalar:
-        return self.values.get(name)
-
-    def number(self, name: str) -> float | None:
-        value = self.values.get(name)
-        if value is None or isinstance(value, bool):
-            return None
-        if not isinstance(value, (int, float)):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        return float(value)
-
-
 def _embedding_params(facts: ModelFacts) -> tuple[float, float]:
     """(embedding + LM head params, LM head params read per token); 0s when config.json does not say."""
     if not (facts.vocab_size and facts.hidden_size):
@@ -388,35 +330,6 @@ def _active_fraction(facts: ModelFacts, notes: _Notes) -> float | None:
     return 1.0
 
 
-def _kv_element_bytes(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> float | None:
-    """Bytes per cached K or V element (K and V averaged where they differ)."""
-    if engine == "llamacpp":
-        types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
-        unknown = [t for t in types if t not in LLAMACPP_KV_BYTES]
-        if unknown:
-            notes.missing("KV cache", f"llama.cpp cache type {unknown[0]!r} not in the table")
-            return None
-        return sum(LLAMACPP_KV_BYTES[str(t)] for t in types) / 2
-    mode = params.get("cache_mode")
-    if mode is not None:
-        key = str(mode).lower()
-        if key not in CACHE_MODE_BYTES:
-            notes.missing("KV cache", f"cache_mode {mode!r} not in the table")
-            return None
-        notes.assume(f"main KV in the fork's cache_mode={mode} ({CACHE_MODE_BYTES[key]:.3f} bytes/value, assumed)")
-        return CACHE_MODE_BYTES[key]
-    dtype = params.get("kv_cache_dtype")
-    if dtype in (None, "auto"):
-        bits = facts.dtype_bits or 16
-        if not facts.dtype_bits:
-            notes.assume("KV dtype auto = the model dtype, assumed 16-bit")
-        return bits / 8
-    if dtype not in VLLM_KV_BYTES:
-        notes.missing("KV cache", f"kv_cache_dtype {dtype!r} not in the table")
-        return None
-    return VLLM_KV_BYTES[str(dtype)]
-
-
 @dataclass(frozen=True)
 class _KvShape:
     per_token_bytes: float  # one token, all full-attention layers, whole model
@@ -458,8 +371,8 @@ def _kv_bytes(shape: _KvShape, tokens: int) -> float:
     return shape.per_token_bytes * tokens + sliding
 
 
-def _context(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> int | None:
-    knob = "n_ctx" if engine == "llamacpp" else "max_model_len"
+def _context(engine: Engine, params: Knobs, facts: ModelFacts, notes: _Notes) -> int | None:
+    knob = engine.context_knob
     value = params.number(knob)
     if value:
         return int(value)
@@ -470,15 +383,9 @@ def _context(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> 
     return None
 
 
-def _overhead_gb(engine: str, params: _Params, facts: ModelFacts, weights_gpu_gb: float | None,
+def _overhead_gb(engine: Engine, params: Knobs, facts: ModelFacts, weights_gpu_gb: float | None,
                  notes: _Notes) -> float:
-    if engine == "llamacpp":
-        fixed = LLAMACPP_FIXED_GB
-        tokens = params.number("n_ubatch") or LLAMACPP_DEFAULT_UBATCH
-    else:
-        eager = params.get("enforce_eager") is True
-        fixed = VLLM_FIXED_GB + (0.0 if eager else VLLM_CUDA_GRAPHS_GB)
-        tokens = params.number("max_num_batched_tokens") or VLLM_DEFAULT_BATCHED_TOKENS
+    fixed, tokens = engine.memory_overhead(params)
     if facts.hidden_size:
         activations = tokens * facts.hidden_size * 2 * ACTIVATION_WIDTHS / GB
         notes.assume(
@@ -491,18 +398,16 @@ def _overhead_gb(engine: str, params: _Params, facts: ModelFacts, weights_gpu_gb
     return fixed + activations
 
 
-def _spec(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> tuple[float, float, float]:
+def _spec(engine: Engine, params: Knobs, facts: ModelFacts, notes: _Notes) -> tuple[float, float, float]:
     """(acceptance length, step cost in target steps, expert-read factor) for the draft settings."""
     k = int(params.number("draft_k") or 0)
-    method = params.get("spec_method")
     if k <= 0:
         return 1.0, 1.0, 1.0
-    if method is None and engine == "llamacpp":
-        method = "ngram"  # llama-cpp-python drafts by prompt lookup
+    method = engine.spec_method(params)
     if method is None:
         notes.missing("speculative gain", f"draft_k={k} without spec_method")
         return 1.0, 1.0, 1.0
-    prior = SPEC_PRIORS.get(str(method))
+    prior = SPEC_PRIORS.get(method)
     if prior is None:
         notes.missing("speculative gain", f"no prior for spec_method {method!r}")
         return 1.0, 1.0, 1.0
@@ -559,7 +464,7 @@ def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: Mo
     return 2 * facts.n_layers * per * 1e-6
 
 
-def _prefill_tflops(params: _Params, hardware: HardwareProfile, notes: _Notes) -> float:
+def _prefill_tflops(params: Knobs, hardware: HardwareProfile, notes: _Notes) -> float:
     quant = params.get("quantization")
     precision = COMPUTE_PRECISION.get(str(quant), "bf16") if quant else "bf16"
     if params.get("moe_backend") == "marlin":
@@ -577,8 +482,8 @@ class _Case:
     """Everything one estimate reads."""
 
     space: SearchSpace
-    engine: str  # "vllm", "llamacpp", ...
-    params: _Params
+    engine: Engine
+    params: Knobs
     model: ModelFacts
     hardware: HardwareProfile
     pf: PlannerFacts
@@ -607,7 +512,7 @@ def _memory(case: _Case) -> _Memory:
     tp, pp = case.tp, case.pp
     weights, kept16 = _weight_bytes(model, _str(params.get("quantization")), notes)
     weights_gpu_gb = weights / (tp * pp) / GB if weights is not None else None
-    elem = _kv_element_bytes(engine, params, model, notes)
+    elem = engine.kv_element_bytes(params, model.dtype_bits, notes)
     shape = _kv_shape(model, elem, tp, notes) if elem is not None else None
     context = _context(engine, params, model, notes)
     kv_gpu_gb = None
@@ -616,9 +521,9 @@ def _memory(case: _Case) -> _Memory:
         notes.assume(f"KV: one full {context}-token sequence must fit (the engine's startup check)")
     overhead = _overhead_gb(engine, params, model, weights_gpu_gb, notes)
     total = (weights_gpu_gb or 0.0) + (kv_gpu_gb or 0.0) + overhead
-    budget = pool_tokens = None
-    if engine == "vllm":
-        budget = (params.number("gpu_memory_utilization") or VLLM_DEFAULT_GMU) * hardware.memory_gb_per_gpu
+    pool_tokens = None
+    budget = engine.memory_budget_gb(params, hardware.memory_gb_per_gpu)
+    if budget is not None:
         if shape is not None and weights_gpu_gb is not None:
             per_token_gpu = (shape.per_token_bytes + shape.sliding_token_bytes) * shape.gpu_fraction / pp
             pool_gb = budget - weights_gpu_gb - overhead
@@ -687,7 +592,7 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     if pp > 1:
         notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
     bandwidth = hardware.mem_bandwidth_gbps * GB
-    eager = case.params.get("enforce_eager") is True
+    eager = case.engine.eager(case.params)
     overhead_ms, what = (pf.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (pf.step_overhead_ms, "")
     overhead_s = (overhead_ms or 0.0) / 1000
     if overhead_ms is None:
@@ -730,8 +635,8 @@ def estimate(
     tp, pp = parallel_layout(space, candidate, hardware, nodes)
     case = _Case(
         space=space,
-        engine="llamacpp" if space.engine.startswith("llama") else space.engine,
-        params=_Params(space, candidate),
+        engine=get_engine(space.engine),
+        params=Knobs({**space.fixed, **candidate.params}),
         model=model_facts(space.model),
         hardware=hardware,
         pf=facts or planner_facts(hardware),

@@ -44,7 +44,7 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.progress import STARTUP_GUESS_S, RunForecast, measured_durations, workload_guess_s
+from autotune.progress import RunForecast, measured_durations, workload_guess_s
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.score import accuracy_status
 from autotune.space import (
@@ -393,7 +393,7 @@ def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
         trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
         basis = (
             "rough guess, nothing measured here yet: the workload's requests at the planner's "
-            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{STARTUP_GUESS_S.get(plan.space.engine, 60):.0f} s start"
+            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{plan.engine.startup_guess_s:.0f} s start"
         )
     return RunForecast(
         study=plan.study,

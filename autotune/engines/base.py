@@ -8,9 +8,10 @@ then per trial `render()` -> a launcher starts it -> on failure `classify(log)`;
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from importlib import import_module
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from autotune.errors import ConfigError
 from autotune.models import (
@@ -26,10 +27,67 @@ from autotune.models import (
 from autotune.signatures import classify
 
 
+class Knobs:
+    """Knob values by name: a candidate's over the space's fixed ones; None = the engine's default."""
+
+    def __init__(self, values: Mapping[str, Scalar]) -> None:
+        self.values: dict[str, Scalar] = dict(values)
+
+    def get(self, name: str) -> Scalar:
+        return self.values.get(name)
+
+    def number(self, name: str) -> float | None:
+        value = self.values.get(name)
+        if value is None or isinstance(value, bool):
+            return None
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        return float(value)
+
+
+class PlanNotes(Protocol):
+    """Where an estimate says what it assumed and which terms it could not know."""
+
+    def assume(self, text: str) -> None: ...
+
+    def missing(self, term: str, why: str) -> None: ...
+
+
+def acceptance_length(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Mean tokens per draft step between two readings of `Engine.spec_decode_counters`:
+    1 + Δaccepted / Δdrafts; None when no draft was made (or the engine counts none)."""
+    if "drafts" not in after or "accepted" not in after:
+        return None
+    drafts = after["drafts"] - before.get("drafts", 0.0)
+    if drafts <= 0:
+        return None
+    return 1.0 + (after["accepted"] - before.get("accepted", 0.0)) / drafts
+
+
+def acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Accepted share of the drafted tokens: Δaccepted / Δdraft_tokens; None when none was drafted."""
+    if "draft_tokens" not in after or "accepted" not in after:
+        return None
+    drafted = after["draft_tokens"] - before.get("draft_tokens", 0.0)
+    if drafted <= 0:
+        return None
+    return (after["accepted"] - before.get("accepted", 0.0)) / drafted
+
+
 class Engine(ABC):
     name: ClassVar[str]
     #: knob names this engine can render; a space naming another knob is refused.
     knobs: ClassVar[frozenset[str]]
+    #: the knob that sets the context length a launch holds
+    context_knob: ClassVar[str]
+    #: launch settings that make a smoke launch fast (isolation; only for knobs not under test)
+    cheap_params: ClassVar[Mapping[str, Scalar]] = {}
+    #: the speculation method drafting uses when the space names none (None = it must be named)
+    default_spec_method: ClassVar[str | None] = None
+    #: whether it needs a GPU (a generic space of an engine that does not suits a CPU-only host)
+    needs_gpu: ClassVar[bool] = True
+    #: seconds a launch takes to become healthy, before any was measured (forecasts only)
+    startup_guess_s: ClassVar[float] = 60.0
     health_path: ClassVar[str] = "/v1/models"
     #: the engine's Prometheus endpoint, if it has one (spec-decode counters live there).
     metrics_path: ClassVar[str | None] = None
@@ -111,6 +169,31 @@ class Engine(ABC):
     def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
         """Speculative-decoding counters from the metrics endpoint (drafts, draft_tokens, accepted)."""
         return {}
+
+    # ------------------------------------------------------------------ what the planner asks
+
+    @abstractmethod
+    def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
+        """Bytes per cached K or V element for these settings (K and V averaged where they
+        differ); None, with a note, when the setting is not in the engine's table."""
+
+    @abstractmethod
+    def memory_overhead(self, params: Knobs) -> tuple[float, float]:
+        """(fixed GB per GPU beyond weights and KV, tokens batched per forward step at the peak)."""
+
+    def memory_budget_gb(self, params: Knobs, gpu_memory_gb: float) -> float | None:
+        """The memory the engine grabs at start (its KV pool is what is left); None = it takes
+        what it needs."""
+        return None
+
+    def eager(self, params: Knobs) -> bool:
+        """Whether each decode step runs without captured graphs (its fixed step cost differs)."""
+        return False
+
+    def spec_method(self, params: Knobs) -> str | None:
+        """The speculation method these settings draft with (None when they name none)."""
+        method = params.get("spec_method")
+        return str(method) if method is not None else self.default_spec_method
 
     def validate_space(self, space: SearchSpace) -> None:
         """Refuse knobs this engine cannot render, with the list of the ones it can."""

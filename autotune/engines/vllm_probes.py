@@ -38,12 +38,8 @@ from typing import Any
 
 import httpx
 
-from autotune.engines.vllm import (
-    VllmEngine,
-    acceptance_length,
-    parse_spec_metrics,
-    read_model_config,
-)
+from autotune.engines.base import acceptance_length
+from autotune.engines.vllm import VllmEngine, read_model_config
 from autotune.errors import AutotuneError, ConfigError, EngineStartError, ProbeError
 from autotune.launch_order import BUDGET_USED_UP, order_cells
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
@@ -258,11 +254,12 @@ def ask(base_url: str, prompt: str, max_tokens: int, timeout_s: float = 120.0) -
     return text, tokens
 
 
-def read_metrics(base_url: str) -> dict[str, float]:
+def read_metrics(engine: VllmEngine, base_url: str) -> dict[str, float]:
+    """The engine's speculative-decoding counters now (Engine.spec_decode_counters' names)."""
     with httpx.Client(timeout=10.0) as http:
-        reply = http.get(base_url + "/metrics")
+        reply = http.get(f"{base_url}{engine.metrics_path}")
         reply.raise_for_status()
-        return parse_spec_metrics(reply.text)
+        return engine.spec_decode_counters(reply.text)
 
 
 def launch_one(
@@ -292,10 +289,10 @@ def launch_one(
             server.start()
         server.wait_ready()
         try:
-            before = read_metrics(server.base_url) if combo.draft_k else {}
+            before = read_metrics(engine, server.base_url) if combo.draft_k else {}
             text, tokens = ask(server.base_url, prompt, max_tokens)
             if combo.draft_k:
-                length = acceptance_length(before, read_metrics(server.base_url))
+                length = acceptance_length(before, read_metrics(engine, server.base_url))
                 spec = f"; acceptance_length={length:.2f} on one request" if length else "; no drafts counted"
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             error = f"request failed: {type(exc).__name__}: {exc}"
