@@ -12,36 +12,26 @@ Decode (one stream):
     tok/s     = acceptance length / (step time x drafting cost)
 Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
 
-Efficiencies are fitted from published measurements (`calibrate`, hardware_profiles.yaml).
+Efficiencies are fitted from published measurements (autotune/calibration.py,
+hardware_profiles.yaml). The model facts come from autotune/model_config.py; the plan's table is
+autotune/report.py's.
 A fact the estimate needs and does not have makes its term "unknown" (listed in the estimate),
 never zero: a memory total without it is a lower bound, a decode figure an upper bound.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from dataclasses import dataclass, field
 
 from autotune.engines import Engine, Knobs, get_engine
 from autotune.errors import ConfigError
-from autotune.hardware import (
-    PlannerFacts,
-    calibration_points,
-    get_profile,
-    parallel_layout,
-    planner_facts,
-)
+from autotune.hardware import parallel_layout
+from autotune.model_config import ModelFacts, model_facts
 from autotune.models import (
     Candidate,
     HardwareProfile,
-    ModelSpec,
     PlanEstimate,
     PlanReport,
     Scalar,
@@ -126,134 +116,6 @@ SPEC_PRIORS: dict[str, DraftPrior] = {
     "draft_model": DraftPrior(0.7, 0.0, 0.1, "prior: a ~10x smaller model per drafted token"),
     "medusa": DraftPrior(0.5, 0.02, 0.0, "prior: parallel heads"),
 }
-
-
-# ---------------------------------------------------------------- records
-
-
-# ---------------------------------------------------------------- model facts
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """ModelSpec plus what the planner reads from config.json or the checkpoint files."""
-
-    params_total_b: float | None = None
-    params_active_b: float | None = None
-    weight_bits: float | None = None
-    n_layers: int | None = None
-    hidden_size: int | None = None
-    n_heads: int | None = None
-    n_kv_heads: int | None = None
-    head_dim: int | None = None
-    kv_layers: int | None = None
-    context_max: int | None = None
-    n_experts: int | None = None
-    experts_per_tok: int | None = None
-    kv_lora_rank: int | None = None  # MLA: one latent per token and layer
-    qk_rope_head_dim: int | None = None
-    vocab_size: int | None = None
-    tie_word_embeddings: bool = False
-    sliding_layers: int = 0
-    sliding_window: int | None = None
-    dtype_bits: float | None = None
-    checkpoint_bytes: int | None = None
-    checkpoint_quant: str | None = None
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_moe(self) -> bool:
-        return bool(self.n_experts) or (
-            self.params_active_b is not None
-            and self.params_total_b is not None
-            and self.params_active_b < self.params_total_b
-        )
-
-
-_DTYPE_BITS = {"bfloat16": 16, "float16": 16, "float32": 32, "float8_e4m3fn": 8}
-
-
-def _first(cfg: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return None
-
-
-def _facts_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """config.json -> ModelFacts fields (only the ones present)."""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    c = {**cfg, **text}
-    out: dict[str, Any] = {
-        "n_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
-        "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),
-        "n_heads": _first(c, "num_attention_heads", "n_head"),
-        "n_kv_heads": _first(c, "num_key_value_heads", "num_kv_heads"),
-        "head_dim": c.get("head_dim"),
-        "n_experts": _first(c, "num_local_experts", "num_experts", "n_routed_experts"),
-        "experts_per_tok": _first(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
-        "kv_lora_rank": c.get("kv_lora_rank"),
-        "qk_rope_head_dim": c.get("qk_rope_head_dim"),
-        "context_max": c.get("max_position_embeddings"),
-        "vocab_size": c.get("vocab_size"),
-        "tie_word_embeddings": c.get("tie_word_embeddings"),
-    }
-    if out["head_dim"] is None and out["hidden_size"] and out["n_heads"]:
-        out["head_dim"] = out["hidden_size"] // out["n_heads"]
-    dtype = _first(c, "torch_dtype", "dtype")
-    if isinstance(dtype, str) and dtype in _DTYPE_BITS:
-        out["dtype_bits"] = _DTYPE_BITS[dtype]
-    layer_types = c.get("layer_types")
-    if isinstance(layer_types, list) and c.get("sliding_window"):
-        sliding = sum(1 for t in layer_types if "sliding" in str(t))
-        out["kv_layers"] = len(layer_types) - sliding
-        out["sliding_layers"] = sliding
-        out["sliding_window"] = c["sliding_window"]
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        out["checkpoint_quant"] = str(quant["quant_method"])
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _checkpoint_bytes(path: Path) -> tuple[int | None, str | None]:
-    if path.is_file():
-        return path.stat().st_size, f"file size of {path.name}"
-    shards = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.gguf"))
-    if shards:
-        return sum(p.stat().st_size for p in shards), f"{len(shards)} weight file(s) on disk"
-    return None, None
-
-
-def model_facts(model: ModelSpec) -> ModelFacts:
-    """The space's ModelSpec, overridden by config.json when model.path is a directory that has
-    one; a .gguf file (or a directory of weight files) gives the checkpoint size."""
-    spec_fields = (
-        "params_total_b", "params_active_b", "weight_bits", "n_layers", "hidden_size",
-        "n_heads", "n_kv_heads", "head_dim", "kv_layers", "context_max",
-    )
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for name in spec_fields:
-        if getattr(model, name) is not None:
-            values[name] = getattr(model, name)
-            sources[name] = "space"
-    if model.path:
-        path = Path(model.path).expanduser()
-        config = path / "config.json"
-        if path.is_dir() and config.is_file():
-            try:
-                cfg = json.loads(config.read_text())
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{config}: cannot read model config ({exc})") from exc
-            for name, value in _facts_from_config(cfg).items():
-                values[name] = value
-                sources[name] = "config.json"
-        if path.exists():
-            size, how = _checkpoint_bytes(path)
-            if size:
-                values["checkpoint_bytes"] = size
-                sources["checkpoint_bytes"] = how or "disk"
-    return ModelFacts(**values, sources=sources)
 
 
 # ---------------------------------------------------------------- the estimate
@@ -439,8 +301,7 @@ def _expert_share(facts: ModelFacts) -> float:
     return min(a * per_expert / active, 1.0)
 
 
-def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: ModelFacts,
-                 notes: _Notes) -> float:
+def _allreduce_s(tp: int, hardware: HardwareProfile, facts: ModelFacts, notes: _Notes) -> float:
     if tp <= 1:
         return 0.0
     per_node = max(hardware.gpus_per_node, 1)
@@ -449,16 +310,16 @@ def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: Mo
         notes.missing("TP communication", "n_layers not given; decode is an upper bound")
         return 0.0
     if tp_nodes > 1:
-        if pf.allreduce_step_us is None:
+        if hardware.allreduce_step_us is None:
             notes.missing("TP communication", f"no fitted all-reduce latency for {hardware.name}")
             return 0.0
-        per = 2 * (tp_nodes - 1) * pf.allreduce_step_us
-        where = f"ring over {tp_nodes} nodes, 2x{tp_nodes - 1} steps of {pf.allreduce_step_us:g} us"
+        per = 2 * (tp_nodes - 1) * hardware.allreduce_step_us
+        where = f"ring over {tp_nodes} nodes, 2x{tp_nodes - 1} steps of {hardware.allreduce_step_us:g} us"
     else:
-        if pf.intra_node_allreduce_us is None:
+        if hardware.intra_node_allreduce_us is None:
             notes.missing("TP communication", f"no intra-node all-reduce latency for {hardware.name}")
             return 0.0
-        per, where = pf.intra_node_allreduce_us, "inside the node"
+        per, where = hardware.intra_node_allreduce_us, "inside the node"
     notes.assume(f"TP comm: 2 all-reduces per layer x {facts.n_layers} layers, {per:g} us each ({where}); "
                  f"latency-bound, bandwidth ignored")
     return 2 * facts.n_layers * per * 1e-6
@@ -486,7 +347,6 @@ class _Case:
     params: Knobs
     model: ModelFacts
     hardware: HardwareProfile
-    pf: PlannerFacts
     tp: int
     pp: int
     notes: _Notes
@@ -561,7 +421,7 @@ def _fit_reason(case: _Case, mem: _Memory) -> str | None:
 
 def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     """(decode tok/s of one stream, speculative gain); None when the weights read is unknown."""
-    model, hardware, pf, notes, tp, pp = case.model, case.hardware, case.pf, case.notes, case.tp, case.pp
+    model, hardware, notes, tp, pp = case.model, case.hardware, case.notes, case.tp, case.pp
     fraction = _active_fraction(model, notes)
     length, cost, expert_factor = _spec(case.engine, case.params, model, notes)
     if mem.weights is None or fraction is None:
@@ -582,7 +442,7 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     else:
         read_kv = 0.0
         notes.missing("KV read", "KV shape unknown; decode is an upper bound")
-    efficiency = pf.decode_efficiency
+    efficiency = hardware.decode_efficiency
     if efficiency is None:
         efficiency = 1.0
         notes.assume(f"no fitted decode efficiency for {hardware.name}: bare roofline (an upper bound)")
@@ -593,14 +453,14 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
         notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
     bandwidth = hardware.mem_bandwidth_gbps * GB
     eager = case.engine.eager(case.params)
-    overhead_ms, what = (pf.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (pf.step_overhead_ms, "")
+    overhead_ms, what = (hardware.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (hardware.step_overhead_ms, "")
     overhead_s = (overhead_ms or 0.0) / 1000
     if overhead_ms is None:
         notes.assume(f"no fitted {what + ' ' if what else ''}per-step overhead for {hardware.name} (counted as 0)")
     else:
         notes.assume(f"fixed {what + ' ' if what else ''}step overhead {overhead_ms:g} ms for {hardware.name}")
     step_s = (
-        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, pf, model, notes) + overhead_s
+        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, model, notes) + overhead_s
     )
     return length / (step_s * cost), length / cost
 
@@ -611,7 +471,7 @@ def _prefill(case: _Case) -> float | None:
     if not active_b:
         notes.missing("prefill", "active parameter count not given")
         return None
-    efficiency = case.pf.prefill_efficiency
+    efficiency = case.hardware.prefill_efficiency
     if efficiency is None:
         efficiency = 1.0
         notes.assume(f"no fitted prefill efficiency for {hardware.name}: bare roofline (an upper bound)")
@@ -624,12 +484,9 @@ def estimate(
     candidate: Candidate,
     hardware: HardwareProfile,
     nodes: int,
-    *,
-    facts: PlannerFacts | None = None,
 ) -> PlanEstimate:
-    """Memory per GPU, fit, and predicted decode / prefill tok/s of `candidate` on `nodes` boxes.
-
-    `facts` overrides the profile's fitted numbers (calibration uses efficiency 1 = bare roofline).
+    """Memory per GPU, fit, and predicted decode / prefill tok/s of `candidate` on `nodes` boxes,
+    with the profile's fitted numbers (calibration passes a profile without them: the bare roofline).
     Raises ConfigError when the TP x PP layout does not match the cluster.
     """
     tp, pp = parallel_layout(space, candidate, hardware, nodes)
@@ -639,7 +496,6 @@ def estimate(
         params=Knobs({**space.fixed, **candidate.params}),
         model=model_facts(space.model),
         hardware=hardware,
-        pf=facts or planner_facts(hardware),
         tp=tp,
         pp=pp,
         notes=_Notes(),
@@ -730,135 +586,3 @@ def fits_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Cal
         return None if est.fits else f"planner: {est.reason}"
 
     return check
-
-
-# ---------------------------------------------------------------- table
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
-
-
-def _common(lists: list[list[str]]) -> list[str]:
-    """Items every list has, in the first list's order."""
-    if not lists:
-        return []
-    shared = set(lists[0]).intersection(*map(set, lists[1:]))
-    return [item for item in lists[0] if item in shared]
-
-
-def render_plan_table(report: PlanReport) -> Table:
-    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
-    terms shared by every row go to the caption; rows show what differs."""
-    rows = report.kept + report.dropped
-    tokens = [est.label.split(" ") for est in rows]
-    shared = _common(tokens)
-    shared_unknown = _common([est.unknown for est in report.kept])
-    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
-    if shared:
-        caption.append("every candidate: " + " ".join(shared))
-    if shared_unknown:
-        caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
-    table = Table(
-        title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
-        f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
-        caption="\n".join(caption),
-        caption_justify="left",
-    )
-    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
-    table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("note", overflow="fold", min_width=12)
-    for est, words in zip(rows, tokens):
-        label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
-        layout = f"{est.tp}x{est.pp}" if est.tp else "-"
-        memory = [_fmt(est.weights_gb), _fmt(est.kv_gb), _fmt(est.overhead_gb), _fmt(est.total_gb),
-                  _fmt(est.usable_gb)]
-        if est.fits:
-            notes = [u for u in est.unknown if u not in shared_unknown]
-            if est.kv_pool_tokens is not None:
-                notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
-            table.add_row(label, layout, *memory, _fmt(est.decode_tps), _fmt(est.prefill_tps, 0),
-                          "; ".join(notes))
-        else:
-            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
-    return table
-
-
-# ---------------------------------------------------------------- fitting
-
-
-def fit_efficiency(pairs: list[tuple[float, float]]) -> float:
-    """Median of measured / predicted over (predicted_roofline_tps, measured_tps) pairs."""
-    ratios = [measured / predicted for predicted, measured in pairs if predicted > 0 and measured > 0]
-    if not ratios:
-        raise ValueError("fit_efficiency needs at least one pair with positive numbers")
-    return statistics.median(ratios)
-
-
-def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: int) -> float:
-    """One ring all-reduce step between nodes, in microseconds, from decode at TP1 and at TP=tp
-    on tp nodes: 1/tp_tps = 1/(tp x single_tps) + 2 x n_layers x 2(tp-1) x step. Assumes the
-    memory time splits evenly over the TP ranks."""
-    comm_s = 1 / tp_tps - 1 / (tp * single_tps)
-    return comm_s / (2 * n_layers * 2 * (tp - 1)) * 1e6
-
-
-def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, int]:
-    params = point.get("params", {})
-    space = SearchSpace(
-        name=point["name"], engine=point.get("engine", "vllm"), model=ModelSpec(**point["model"]),
-        fixed=params, knobs=[],
-    )
-    return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
-
-
-def _on_cores(hardware: HardwareProfile, point: dict[str, Any]) -> HardwareProfile:
-    """A CPU calibration point measured on `cores` cores: the profile's compute scaled as
-    `--hardware auto` scales it on such a host."""
-    cores = point.get("cores")
-    if not cores or not hardware.nominal_cores:
-        return hardware
-    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores})
-
-
-def calibrate(profile_name: str) -> dict[str, float | None]:
-    """Refit a profile's decode/prefill efficiency and all-reduce step from its calibration points
-    in hardware_profiles.yaml; None where it has no points."""
-    hardware = get_profile(profile_name)
-    points = calibration_points(profile_name)
-    bare = replace(
-        planner_facts(hardware),
-        decode_efficiency=1.0,
-        prefill_efficiency=1.0,
-        step_overhead_ms=None,
-        eager_step_overhead_ms=None,
-    )
-    out: dict[str, float | None] = {}
-    for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
-        pairs = []
-        for point in points.get(kind, []):
-            space, candidate, nodes = _calibration_case(point)
-            predicted = getattr(estimate(space, candidate, _on_cores(hardware, point), nodes, facts=bare), attr)
-            if predicted is None:
-                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
-            pairs.append((predicted, float(point["measured_tps"])))
-        out[f"{kind}_efficiency"] = fit_efficiency(pairs) if pairs else None
-    steps = [
-        fit_allreduce_step_us(p["single_tps"], p["tp_tps"], p["tp"], p["n_layers"])
-        for p in points.get("allreduce", [])
-    ]
-    out["allreduce_step_us"] = statistics.median(steps) if steps else None
-    # fixed per-step time: what a small model's measured step takes beyond its memory time
-    fitted = replace(bare, decode_efficiency=out["decode_efficiency"] or 1.0)
-    for kind in ("step_overhead", "eager_step_overhead"):
-        overheads = []
-        for point in points.get(kind, []):
-            space, candidate, nodes = _calibration_case(point)
-            predicted = estimate(space, candidate, hardware, nodes, facts=fitted).decode_tps
-            if predicted is None:
-                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
-            overheads.append(1000 / float(point["measured_tps"]) - 1000 / predicted)
-        out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
-    return out

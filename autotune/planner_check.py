@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autotune.engines import Knobs, get_engine
-from autotune.hardware import get_profile, planner_facts
+from autotune.calibration import bare_roofline
+from autotune.hardware import get_profile
 from autotune.models import SearchSpace, TrialResult
-from autotune.planner import DECODE_PROMPT_TOKENS, estimate, model_facts
+from autotune.model_config import model_facts
+from autotune.planner import DECODE_PROMPT_TOKENS, estimate
 
 GB = 1e9
 
@@ -76,9 +78,7 @@ def point(space: SearchSpace, trial: TrialResult, hardware: str = "h200") -> Poi
     if trial.status != "ok" or decode is None:
         return None
     profile = get_profile(hardware)
-    bare = replace(planner_facts(profile), decode_efficiency=1.0, prefill_efficiency=1.0,
-                   step_overhead_ms=None, eager_step_overhead_ms=None)
-    est = estimate(space, trial.candidate, profile, 1, facts=bare)
+    est = estimate(space, trial.candidate, bare_roofline(profile), 1)
     current = estimate(space, trial.candidate, profile, 1)
     bandwidth = profile.mem_bandwidth_gbps * GB
     prefill = [m for m in trial.measurements if m.name.startswith("prefill_tps.")]

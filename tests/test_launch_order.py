@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.engines.vllm_probes import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
+from autotune.feature_probes.vllm import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
 from autotune.launch_order import (
     ACCEPTED_UNCONFIRMED,
     BUDGET_USED_UP,

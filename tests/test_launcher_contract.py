@@ -87,7 +87,8 @@ def ray_rig(tmp_path: Path) -> Iterator[Rig]:
     if importlib.util.find_spec("ray") is None:
         pytest.skip("the ray launcher needs Ray: pip install 'autotune[ray]'")
     root = Path(tempfile.mkdtemp(prefix="atc"))  # Ray's socket paths must stay short
-    cluster = local_cluster(1, root)
+    # its own head port: another Ray cluster on this host (a neighbour's test) holds the default one
+    cluster = local_cluster(1, root).model_copy(update={"ray_port": free_port()})
 
     def make(port: int, healthy: bool) -> LaunchSpec:
         # the head entry is vLLM's own `ray start` for this node; the server entry is the stand-in

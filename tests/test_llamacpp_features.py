@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.llamacpp_probes import (
+from autotune.errors import ModelNotFound
+from autotune.feature_probes.llamacpp import (
     MATCH_TOKENS,
     REFERENCE,
     LlamaCppConfig,
@@ -15,7 +16,6 @@ from autotune.engines.llamacpp_probes import (
     default_configs,
     probe_llamacpp,
 )
-from autotune.errors import ModelNotFound
 from autotune.models import ProbeResult
 from autotune.signatures import GOLDEN_MISMATCH_MARKER
 

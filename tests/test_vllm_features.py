@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines import vllm_probes as F
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import ConfigError, EngineUnavailable
+from autotune.feature_probes import vllm as F
 from autotune.models import ModelSpec, ProbeResult
 from probes import tiny_models as T
 

@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import ClassVar
 
 from autotune.engines.base import Engine, Knobs, PlanNotes
@@ -128,7 +127,7 @@ class VllmEngine(Engine):
     health_path = "/health"
     metrics_path = "/metrics"
     tokenize_path: ClassVar[str] = "/tokenize"
-    feature_probes_entry = "autotune.engines.vllm_probes:feature_probes"
+    feature_probes_entry = "autotune.feature_probes.vllm:feature_probes"
     context_knob = "max_model_len"
     startup_guess_s = 120.0
     cheap_params: ClassVar[Mapping[str, Scalar]] = {
@@ -674,15 +673,3 @@ def parse_spec_metrics(text: str) -> dict[str, float]:
             continue
         totals[key] = totals.get(key, 0.0) + value
     return totals
-
-
-def read_model_config(model_dir: str | Path) -> dict:
-    """config.json of a Hugging Face checkpoint directory (the text part for multimodal configs)."""
-    path = Path(model_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; vLLM needs a Hugging Face checkpoint directory") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-    return config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +21,21 @@ from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import Cluster, FailureInfo, LaunchSpec, NodeLaunch
 
 
+_ports_lock = threading.Lock()
+_ports_given: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
+    handed out before (launches started side by side from threads get different ports)."""
+    with _ports_lock:
+        while True:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _ports_given:
+                _ports_given.add(port)
+                return port
 
 
 def command_line(node: NodeLaunch) -> str:

@@ -14,7 +14,7 @@
     the reference, then what --space uses that the selector accepted but no launch confirmed),
     so a budget (--budget-s) leaves the safe cells untested, not the ones likely to fail.
 
-  python -m autotune.engines.vllm_probes --model DIR --out results.json [--launch] [--timeout 300]
+  python -m autotune.feature_probes.vllm --model DIR --out results.json [--launch] [--timeout 300]
       [--kv auto fp8 ...] [--backends auto FLASH_ATTN ...] [--draft-k 0 4] [--combos fp8:TRITON_ATTN,...]
       [--tiny] [--real-weights] [--golden TEXT] [--parallel N] [--budget-s S]
 """
@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -39,9 +38,12 @@ from typing import Any
 import httpx
 
 from autotune.engines.base import acceptance_length
-from autotune.engines.vllm import VllmEngine, read_model_config
+from autotune.engines.vllm import VllmEngine
 from autotune.errors import AutotuneError, ConfigError, EngineStartError, ProbeError
 from autotune.launch_order import BUDGET_USED_UP, order_cells
+from autotune.launchers import open_server
+from autotune.launchers.base import free_port
+from autotune.model_config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe_runner import PROBES_HOME, probe_env, python_module_argv
 from autotune.signatures import classify
@@ -132,7 +134,7 @@ def filter_combos(combos: Iterable[Combo], only: Iterable[tuple[str, str | None]
 
 def model_attention(model_dir: str | Path) -> tuple[int, str]:
     """(head_dim, dtype name) of a checkpoint directory, from its config.json."""
-    config = read_model_config(model_dir)
+    config = text_fields(read_config(model_dir))
     return _head_dim(config, model_dir), _dtype_name(config)
 
 
@@ -222,20 +224,7 @@ def _as_text(data: bytes | str | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
-_port_lock = threading.Lock()
 _spawn_lock = threading.Lock()
-_ports_taken: set[int] = set()
-
-
-def free_port() -> int:
-    with _port_lock:
-        while True:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            if port not in _ports_taken:
-                _ports_taken.add(port)
-                return port
 
 
 def ask(base_url: str, prompt: str, max_tokens: int, timeout_s: float = 120.0) -> tuple[str, int]:
@@ -274,8 +263,6 @@ def launch_one(
     golden: str | None = None,
 ) -> ProbeResult:
     """Start vLLM for one combination, ask once, stop the process group; the outcome as data."""
-    from autotune.launchers.process import ServerProcess
-
     params = {**base_params, **combo.params()}
     feature = f"launch:{combo.label()}"
     t0 = time.monotonic()
@@ -283,7 +270,7 @@ def launch_one(
     launch = engine.render(Candidate(engine="vllm", params=params, env=env), model, port=free_port())
     prompt, max_tokens = (SPEC_PROMPT, 32) if combo.draft_k else (PROMPT, 8)
     text, tokens, error, spec = "", 0, None, ""
-    server = ServerProcess(launch, log_path, startup_timeout_s=timeout_s)
+    server = open_server(launch, log_path, launcher="process", startup_timeout_s=timeout_s)
     try:
         with _spawn_lock:  # one fork at a time: parallel launches come from threads
             server.start()
@@ -549,7 +536,7 @@ def _write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune.engines.vllm_probes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autotune.feature_probes.vllm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, metavar="DIR", help="Hugging Face checkpoint directory of the target")
     parser.add_argument("--out", required=True, metavar="FILE", help="results JSON (rewritten after every result)")
     parser.add_argument("--launch", action="store_true", help="also launch vLLM for each combination")
@@ -582,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     log_dir = Path(args.logs) if args.logs else out.with_name(out.stem + "-logs")
     head_dim, dtype = model_attention(args.model)
-    num_heads = read_model_config(args.model).get("num_attention_heads")
+    num_heads = text_fields(read_config(args.model)).get("num_attention_heads")
     combos = parse_combos(args.combos) if args.combos else make_combos(args.kv, args.backends, args.draft_k)
     payload: dict[str, Any] = {"model": str(args.model), "head_dim": head_dim, "dtype": dtype, "info": {}, "notes": [],
                                "results": []}
