@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.device import detect, host_fingerprint
-from autotune.engines import get_engine
+from autotune.engines import ProbeRequest, get_engine
 from autotune.errors import ConfigError
 from autotune.model_files import resolve_model
 from autotune.models import FailureInfo, ProbeReport, ProbeResult
@@ -77,17 +77,14 @@ def probe(
         return ProbeReport(**report, results=stored, reused=True)
     if stored and not refresh:  # resume: launch what an earlier probe left untested, keep the rest
         assert model.path
-        store.save_probe_results(
-            host_key, engine.feature_probes(model.path, timeout_s=timeout_s, budget_s=budget_s, logs_dir=logs_dir,
-                                            space_name=space_name, stored=stored)
-        )
+        request = ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name, stored=tuple(stored))
+        store.save_probe_results(host_key, engine.feature_probes(request))
         after = store.probe_results(host_key)
         return ProbeReport(**report, results=after, reused=True, resumed=len(leftover) - len(untested_cells(after)))
     results = run_kernel_probes(timeout_s=min(timeout_s, 180.0))
     if engine_probes:
         assert model.path
-        results += engine.feature_probes(model.path, timeout_s=timeout_s, budget_s=budget_s, logs_dir=logs_dir,
-                                         space_name=space_name, stored=[])
+        results += engine.feature_probes(ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name))
     store.save_probe_results(host_key, results)
     return ProbeReport(**report, results=results)
 

@@ -143,14 +143,14 @@ def cluster_for(
     """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
     standing in for boxes when this host has the GPUs for all of them. A dry run launches nothing,
     so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
-    launcher_class(launcher)  # an unknown name is refused here, before anything is read
+    chosen = launcher_class(launcher)  # an unknown name is refused here, before anything is read
     if cluster_file is not None:
         cluster = load_cluster(cluster_file)
         if len(cluster.nodes) != nodes:
             raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
         return cluster.model_copy(update={"image": cluster.image or image})
-    if launcher == "docker" and not dry_run:
-        raise ConfigError("the docker launcher needs --cluster FILE (nodes with their Docker daemons, and the image)")
+    if chosen.needs_cluster_file and not dry_run:
+        raise ConfigError(f"the {launcher} launcher needs --cluster FILE ({chosen.needs_cluster_file})")
     if nodes == 1:
         return None
     needed = nodes * hardware.gpus_per_node

@@ -9,10 +9,11 @@ compares engine names. Nothing here launches an engine: a registered engine need
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 
 import pytest
 
-from autotune.engines import ENGINES, Engine, Knobs, get_engine
+from autotune.engines import ENGINES, Engine, Knobs, ProbeRequest, get_engine
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.hardware import get_profile
 from autotune.models import Candidate, KnobSpec, ModelSpec, SearchSpace
@@ -126,7 +127,7 @@ def test_it_reads_its_own_log_and_metrics(engine: Engine) -> None:
 def test_its_feature_probes_are_registered_and_importable(engine: Engine) -> None:
     if engine.feature_probes_entry is None:
         with pytest.raises(ConfigError, match="no feature probes"):
-            engine.feature_probes("/m", timeout_s=1, budget_s=1, logs_dir=None)  # type: ignore[arg-type]
+            engine.feature_probes(ProbeRequest("/m", timeout_s=1, budget_s=1, logs_dir=Path("logs")))
         return
     module, _, function = engine.feature_probes_entry.partition(":")
     assert callable(getattr(import_module(module), function))

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from autotune.engines.vllm import VllmEngine
-from autotune.errors import EngineStartError
+from autotune.errors import ConfigError, EngineStartError
 from autotune.launchers import LAUNCHERS, launcher_class, open_server, stop_all
 from autotune.launchers.base import Launched, free_port
 from autotune.launchers.cluster import local_cluster
@@ -148,6 +148,17 @@ def test_registered_launcher_opens_and_stops_on_its_own(launcher: tuple[str, Rig
     assert issubclass(cls, Launched)
     assert cls.open.__func__ is not Launched.open.__func__, f"{name} must say how it opens a launch"
     assert cls.stop_all.__func__ is not Launched.stop_all.__func__, f"{name} must say how it stops every launch"
+
+
+def test_preflight_passes_its_own_rig_and_a_needed_cluster_file_is_asked_for(
+    launcher: tuple[str, Rig], tmp_path: Path
+) -> None:
+    name, rig = launcher
+    cls = launcher_class(name)
+    cls.preflight(rig.cluster, cluster_file=None, reach=False)  # a dry run: nothing is reached
+    if cls.needs_cluster_file:
+        with pytest.raises(ConfigError, match="cluster file"):
+            open_server(rig.launch(free_port()), tmp_path / "t.log", launcher=name, cluster=None)
 
 
 def test_enter_is_healthy_and_leaving_stops_everything(launcher: tuple[str, Rig], tmp_path: Path) -> None:

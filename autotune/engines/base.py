@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -72,6 +73,18 @@ def acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> 
     if drafted <= 0:
         return None
     return (after["accepted"] - before.get("accepted", 0.0)) / drafted
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What `autotune probe` asks an engine's feature probes for."""
+
+    model_path: str
+    timeout_s: float  # for one launch to become healthy
+    budget_s: float  # no launch starts after this many seconds
+    logs_dir: Path
+    space_name: str | None = None  # launch first what this space uses
+    stored: tuple[ProbeResult, ...] = ()  # a resume: what an earlier probe stored for this host
 
 
 class Engine(ABC):
@@ -141,26 +154,14 @@ class Engine(ABC):
         """The failure this log shows, from the shared signature table; None when it shows none."""
         return classify(log_text, engine=self.name)
 
-    def feature_probes(
-        self,
-        model_path: str,
-        *,
-        timeout_s: float,
-        budget_s: float,
-        logs_dir: Path,
-        space_name: str | None = None,
-        stored: list[ProbeResult] | None = None,
-    ) -> list[ProbeResult]:
-        """Launch this engine's probe cells on this host (what works, with evidence), within
-        `budget_s`, what the space uses first; with `stored` (a resume), only the cells an
-        earlier probe left untested."""
+    def feature_probes(self, request: ProbeRequest) -> list[ProbeResult]:
+        """Launch this engine's probe cells on this host (what works, with evidence), within the
+        request's budget, what the space uses first; on a resume only the cells an earlier probe
+        left untested."""
         if self.feature_probes_entry is None:
             raise ConfigError(f"no feature probes for engine {self.name!r}")
         module, _, function = self.feature_probes_entry.partition(":")
-        return getattr(import_module(module), function)(
-            self, model_path, timeout_s=timeout_s, budget_s=budget_s, logs_dir=logs_dir,
-            space_name=space_name, stored=list(stored or []),
-        )
+        return getattr(import_module(module), function)(self, request)
 
     def selected(self, log_text: str) -> dict[str, str]:
         """What the engine reports it actually used (backends, cache types); engine-specific."""

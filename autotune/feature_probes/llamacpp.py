@@ -32,7 +32,7 @@ from autotune.signatures import GOLDEN_MISMATCH_MARKER
 from autotune.space import load_space
 
 if TYPE_CHECKING:
-    from autotune.engines.base import Engine
+    from autotune.engines.base import Engine, ProbeRequest
 
 KV_TYPES = ("f16", "q8_0", "q4_0")  # the matrix: probes/llamacpp_features.py can create each
 DRAFT_KS = (2, 4)
@@ -89,19 +89,11 @@ def default_configs(draft_ks: tuple[int, ...] = DRAFT_KS) -> list[LlamaCppConfig
 DEFAULTS: dict[str, Scalar] = {"type_k": "f16", "type_v": "f16", "flash_attn": False, "draft_k": 0}
 
 
-def feature_probes(
-    engine: Engine,
-    model_path: str,
-    *,
-    timeout_s: float,
-    budget_s: float,
-    logs_dir: Path,
-    space_name: str | None,
-    stored: list[ProbeResult],
-) -> list[ProbeResult]:
-    """`Engine.feature_probes` for llama.cpp: the matrix, less the cells `stored` already settled."""
-    space = load_space(space_name) if space_name else None
-    return probe_llamacpp(model_path, timeout_s=timeout_s, budget_s=budget_s, space=space, settled=settled(stored))
+def feature_probes(engine: Engine, request: ProbeRequest) -> list[ProbeResult]:
+    """`Engine.feature_probes` for llama.cpp: the matrix, less the cells already settled."""
+    space = load_space(request.space_name) if request.space_name else None
+    return probe_llamacpp(request.model_path, timeout_s=request.timeout_s, budget_s=request.budget_s, space=space,
+                          settled=settled(request.stored))
 
 
 def probe_llamacpp(

@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from autotune.engines.base import acceptance_length
+from autotune.engines.base import ProbeRequest, acceptance_length
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import AutotuneError, ConfigError, EngineStartError, ProbeError
 from autotune.launch_order import BUDGET_USED_UP, order_cells
@@ -427,30 +427,23 @@ def _golden_rule(result: ProbeResult, reference: ProbeResult | None, golden: str
 # ---------------------------------------------------------------------- CLI
 
 
-def feature_probes(
-    engine: VllmEngine,
-    model_path: str,
-    *,
-    timeout_s: float,
-    budget_s: float,
-    logs_dir: Path,
-    space_name: str | None,
-    stored: list[ProbeResult],
-) -> list[ProbeResult]:
+def feature_probes(engine: VllmEngine, request: ProbeRequest) -> list[ProbeResult]:
     """`Engine.feature_probes` for vLLM: its own selectors first (a prior), then real launches of
     every KV dtype x attention backend the selectors accept (eager, real weights), within
     `budget_s`, what the space uses first; each launch's greedy answer must start like the
     reference launch's (auto KV dtype, auto backend). With `stored` (a resume), only the cells an
     earlier probe left untested are launched."""
-    only = [r for r in stored if r.status == "untested" and r.params]
+    only = [r for r in request.stored if r.status == "untested" and r.params]
+    logs_dir = request.logs_dir
     logs_dir.mkdir(parents=True, exist_ok=True)
     out = logs_dir / "vllm_features.json"
-    argv = ["--model", model_path, "--out", str(out), "--logs", str(logs_dir), "--launch", "--real-weights"]
-    argv += ["--golden", REFERENCE_GOLDEN, "--parallel", "3", "--timeout", f"{timeout_s:g}", "--budget-s", f"{budget_s:g}"]
+    argv = ["--model", request.model_path, "--out", str(out), "--logs", str(logs_dir), "--launch", "--real-weights"]
+    argv += ["--golden", REFERENCE_GOLDEN, "--parallel", "3", "--timeout", f"{request.timeout_s:g}",
+             "--budget-s", f"{request.budget_s:g}"]
     argv += ["--backends", "auto", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
     argv += ["--python", engine.python]
-    if space_name:
-        argv += ["--space", space_name]
+    if request.space_name:
+        argv += ["--space", request.space_name]
     if only:
         argv += ["--combos", ",".join(_combo_text(r.params) for r in only) + ",auto:auto"]
     with contextlib.redirect_stdout(sys.stderr):  # its progress lines must not mix into --json output

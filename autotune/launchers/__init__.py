@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.errors import ConfigError
+from autotune.launchers.base import LaunchOptions
 
 if TYPE_CHECKING:
     from autotune.launchers.base import Launched
@@ -52,8 +53,9 @@ def open_server(
     chosen = launcher_class(launcher)
     if not chosen.multi_node and any(n.role != "server" for n in launch.nodes):
         chosen = launcher_class(LOCAL_CLUSTER_LAUNCHER)
-    return chosen.open(launch, log_path, cluster=cluster, study=study, trial=trial,
-                       startup_timeout_s=startup_timeout_s, limits=limits)
+    options = LaunchOptions(cluster=cluster, study=study, trial=trial, startup_timeout_s=startup_timeout_s,
+                            limits=limits)
+    return chosen.open(launch, log_path, options)
 
 
 def stop_all() -> None:

@@ -30,7 +30,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import ConfigError, EngineStartError, EngineUnavailable
-from autotune.launchers.base import Launched, wait_for_health
+from autotune.launchers import preflight as checks
+from autotune.launchers.base import Launched, LaunchOptions, wait_for_health
 from autotune.launchers.process import tail
 from autotune.launchers.ray import (
     NODES_MARKER,
@@ -38,7 +39,6 @@ from autotune.launchers.ray import (
     nodes_check_argv,
     parse_nodes_report,
 )
-from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import CONTAINER_HF_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
@@ -310,24 +310,25 @@ class DockerServer(Launched):
         self.cleanup_errors: list[str] = []
 
     @classmethod
-    def open(
-        cls,
-        launch: LaunchSpec,
-        log_path: Path,
-        *,
-        cluster: Cluster | None = None,
-        study: str = "autotune",
-        trial: str = "0",
-        startup_timeout_s: float = 180.0,
-        limits: WatchdogLimits | None = None,
-    ) -> Launched:
-        if cluster is None:
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        if options.cluster is None:
             raise ConfigError("the docker launcher needs a cluster file (nodes, image)")
-        return cls(launch, cluster, log_path, study=study, trial=trial, startup_timeout_s=startup_timeout_s)
+        return cls(launch, options.cluster, log_path, study=options.study, trial=options.trial,
+                   startup_timeout_s=options.startup_timeout_s)
 
     @classmethod
     def stop_all(cls) -> None:
         stop_all()
+
+    needs_cluster_file = "nodes with their Docker daemons, and the image"
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = checks.REACH_TIMEOUT_S,
+    ) -> None:
+        if cluster is not None and reach:
+            checks.require_docker(cluster, timeout_s)
 
     # -------------------------------------------------------------- lifecycle
 

@@ -29,7 +29,8 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
-from autotune.launchers.base import Launched, LocalLaunched, command_line, wait_for_health
+from autotune.launchers import preflight as checks
+from autotune.launchers.base import Launched, LaunchOptions, LocalLaunched, command_line, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import Cluster, LaunchSpec, NodeLaunch
@@ -393,24 +394,25 @@ class ClusterServer(LocalLaunched):
         self.server: ServerProcess | None = None
 
     @classmethod
-    def open(
-        cls,
-        launch: LaunchSpec,
-        log_path: Path,
-        *,
-        cluster: Cluster | None = None,
-        study: str = "autotune",
-        trial: str = "0",
-        startup_timeout_s: float = 180.0,
-        limits: WatchdogLimits | None = None,
-    ) -> Launched:
-        host = cluster.client_host if cluster else "127.0.0.1"
-        return cls(launch, log_path, startup_timeout_s=startup_timeout_s, limits=limits, host=host)
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        host = options.cluster.client_host if options.cluster else "127.0.0.1"
+        return cls(launch, log_path, startup_timeout_s=options.startup_timeout_s, limits=options.limits, host=host)
 
     @classmethod
     def stop_all(cls) -> None:
         ServerProcess.stop_all()  # the server on the head first, then the Ray nodes under it
         stop_all()
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = checks.REACH_TIMEOUT_S,
+    ) -> None:
+        if cluster is None or not reach:  # a dry run only shows the launch
+            return
+        if cluster_file is not None:
+            checks.require_local_nodes(cluster)
+        checks.require_ray(cluster)
 
     def start(self) -> None:
         self._t0 = time.monotonic()
