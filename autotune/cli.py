@@ -372,11 +372,9 @@ INTERRUPTED = 130
 
 
 def _stop_engines() -> None:
-    from autotune.launchers import docker, process, ray
+    from autotune.launchers import stop_all
 
-    process.stop_all()
-    ray.stop_all()
-    docker.stop_all()
+    stop_all()
 
 
 def _interrupted() -> int:

@@ -7,7 +7,6 @@ the DGX Spark every node adds one GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -25,31 +24,7 @@ from autotune.models import (
 )
 
 PROFILES_FILE = "hardware_profiles.yaml"
-GIB_IN_GB = 1024**3 / 1e9  # probes/device.py reports memory in GiB; profiles use GB
-
-PLANNER_FIELDS = (
-    "decode_efficiency",
-    "prefill_efficiency",
-    "allreduce_step_us",
-    "intra_node_allreduce_us",
-    "step_overhead_ms",
-    "eager_step_overhead_ms",
-    "nominal_cores",
-)
-
-
-@dataclass(frozen=True)
-class PlannerFacts:
-    """The fitted numbers of a profile the planner uses (HardwareProfile fields of the same names)."""
-
-    decode_efficiency: float | None = None
-    prefill_efficiency: float | None = None
-    allreduce_step_us: float | None = None
-    intra_node_allreduce_us: float | None = None
-    step_overhead_ms: float | None = None
-    eager_step_overhead_ms: float | None = None
-    nominal_cores: int | None = None
-
+GIB_IN_GB = 1024**3 / 1e9  # autotune/device.py reports memory in GiB; profiles use GB
 
 @lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
@@ -88,11 +63,6 @@ def get_profile(name: str) -> HardwareProfile:
             f"unknown hardware profile {name!r}; known: {', '.join(sorted(loaded))}, or 'auto'"
         )
     return loaded[name].model_copy(deep=True)
-
-
-def planner_facts(profile: HardwareProfile) -> PlannerFacts:
-    """The planner numbers of `profile`."""
-    return PlannerFacts(**{k: getattr(profile, k) for k in PLANNER_FIELDS})
 
 
 def calibration_points(profile_name: str) -> dict[str, list[dict[str, Any]]]:

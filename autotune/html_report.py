@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from autotune.errors import ConfigError
 from autotune.models import ProbeResult, SearchSpace, TrialResult
-from autotune.noise import single_launch_inside
+from autotune.noise import single_launch_verdict
 from autotune.report import diff_label
 from autotune.score import verdict
 from autotune.store import Store
@@ -230,8 +230,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
     noise_text = outcome.noise.describe() if outcome.noise else "launch-to-launch noise unknown"
     if base is not None and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
-        inside = single_launch_inside(ratio, outcome.noise)
-        judged = {None: "not judged", True: "inside the noise", False: "beyond the noise"}[inside]
+        judged = single_launch_verdict(ratio, outcome.noise)
         lines.append(
             f"<p>vs baseline (trial {base.number}, engine defaults) {_fmt(base.objective)} tok/s: "
             f"<b>x{ratio:.2f}</b>, one launch each ({judged}; {_e(noise_text)})</p>"

@@ -21,17 +21,13 @@ from collections.abc import Callable, Iterator
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.engines import get_engine
 from autotune.errors import EngineStartError
+from autotune.launchers import open_server
 from autotune.launchers.base import free_port
-from autotune.launchers.cluster import open_server
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
 from autotune.trial import TrialContext, failure_from_log
 
-#: launch settings that make a smoke launch fast, per engine (only for knobs not under test)
-CHEAP_PARAMS: dict[str, dict[str, Scalar]] = {
-    "vllm": {"enforce_eager": True, "max_model_len": 1024, "max_num_seqs": 8, "gpu_memory_utilization": 0.3},
-    "llamacpp": {"n_ctx": 512},
-}
 #: failure classes the fallbacks produce: any of them reproduces any other
 FALLBACK_CLASSES = frozenset({"unclassified_crash", "startup_crash", "crash_during_run", "serving_failed"})
 SMOKE_PROMPT = "The capital of France is"
@@ -155,7 +151,7 @@ def isolate(
         found, attempts = dict(differing), []
     else:
         found, attempts = None, []
-        cheap = CHEAP_PARAMS.get(failed.candidate.engine, {})
+        cheap = dict(get_engine(failed.candidate.engine).cheap_params)  # a fast smoke launch
         for values in reductions(differing):
             if len(attempts) >= max_launches:
                 break

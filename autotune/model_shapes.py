@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import ConfigError
+from autotune.model_config import read_config
 from autotune.models import SearchSpace
 from autotune.yaml_files import load_yaml_model
 
@@ -61,13 +62,6 @@ def is_shape_dir(path: Path) -> bool:
 
 def shape_info(path: Path) -> ShapeInfo:
     return load_yaml_model(path / MARKER, ShapeInfo, "model shape")
-
-
-def read_config(path: Path) -> dict:
-    try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path / 'config.json'}: cannot read model config ({exc})") from None
 
 
 # ---------------------------------------------------------------- parameter count

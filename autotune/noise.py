@@ -117,6 +117,11 @@ def judge_launches(best: list[float], base: list[float], prior: LaunchNoise | No
     )
 
 
+def single_launch_verdict(ratio: float, noise: LaunchNoise | None) -> str:
+    """`single_launch_inside` in words, as the reports print it."""
+    return {None: "not judged", True: "inside the noise", False: "beyond the noise"}[single_launch_inside(ratio, noise)]
+
+
 def single_launch_inside(ratio: float, noise: LaunchNoise | None) -> bool | None:
     """For two single launches (a trial vs the baseline): is the ratio within two standard errors of
     the launch noise? None when the noise is unknown."""

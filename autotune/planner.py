@@ -12,35 +12,26 @@ Decode (one stream):
     tok/s     = acceptance length / (step time x drafting cost)
 Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
 
-Efficiencies are fitted from published measurements (`calibrate`, hardware_profiles.yaml).
+Efficiencies are fitted from published measurements (autotune/calibration.py,
+hardware_profiles.yaml). The model facts come from autotune/model_config.py; the plan's table is
+autotune/report.py's.
 A fact the estimate needs and does not have makes its term "unknown" (listed in the estimate),
 never zero: a memory total without it is a lower bound, a decode figure an upper bound.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-from rich.table import Table
-
+from autotune.engines import Engine, Knobs, get_engine
 from autotune.errors import ConfigError
-from autotune.hardware import (
-    PlannerFacts,
-    calibration_points,
-    get_profile,
-    parallel_layout,
-    planner_facts,
-)
+from autotune.hardware import parallel_layout
+from autotune.model_config import ModelFacts, model_facts
 from autotune.models import (
     Candidate,
     HardwareProfile,
-    ModelSpec,
     PlanEstimate,
     PlanReport,
     Scalar,
@@ -84,50 +75,9 @@ COMPUTE_PRECISION: dict[str, str] = {
     "nvfp4": "fp4",
 }
 
-# KV bytes per element. vLLM --kv-cache-dtype (capabilities.md §2.2); "auto" = the model dtype.
-VLLM_KV_BYTES: dict[str, float] = {
-    "float16": 2.0,
-    "bfloat16": 2.0,
-    "fp8": 1.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "fp8_inc": 1.0,
-    "fp8_ds_mla": 1.0,  # scales and the bf16 rope part ignored
-    "nvfp4": 0.5625,  # e2m1 + one fp8 scale per 16
-    "turboquant_k8v4": 0.75,  # 8-bit K, 4-bit V
-    "turboquant_4bit_nc": 0.5,
-    "turboquant_k3v4_nc": 0.4375,
-    "turboquant_3bit_nc": 0.375,
-    "int8_per_token_head": 1.0,
-    "fp8_per_token_head": 1.0,
-    "int4_per_token_head": 0.5,
-    "int2_per_token_head": 0.25,
-}
-# llama.cpp --cache-type-k / -v: ggml block sizes (q8_0 = 34 bytes per 32 values, ...).
-LLAMACPP_KV_BYTES: dict[str, float] = {
-    "f32": 4.0,
-    "f16": 2.0,
-    "bf16": 2.0,
-    "q8_0": 34 / 32,
-    "q5_1": 24 / 32,
-    "q5_0": 22 / 32,
-    "q4_1": 20 / 32,
-    "q4_0": 18 / 32,
-    "iq4_nl": 18 / 32,
-}
-# ExLlamaV3/TabbyAPI `cache_mode` (used by EXL3 forks; not a vLLM dtype). Assumed: the stated
-# bits plus one 16-bit scale per 32 values.
-CACHE_MODE_BYTES: dict[str, float] = {"fp16": 2.0, "q8": 8.5 / 8, "q6": 6.5 / 8, "q4": 4.5 / 8}
-
-# Overhead per GPU: stated, not fitted.
-VLLM_FIXED_GB = 1.5  # CUDA context, torch/NCCL buffers, sampler
-VLLM_CUDA_GRAPHS_GB = 0.5  # graph pools; 0 with enforce_eager
-LLAMACPP_FIXED_GB = 0.25  # context + scratch
+# Overhead per GPU beyond the engine's own fixed part (Engine.memory_overhead): stated, not fitted.
 ACTIVATION_WIDTHS = 16  # hidden-size-wide bf16 buffers alive per batched token at the peak
 ACTIVATION_FRACTION = 0.03  # of weights per GPU, when hidden_size is unknown
-VLLM_DEFAULT_BATCHED_TOKENS = 8192
-LLAMACPP_DEFAULT_UBATCH = 512
-VLLM_DEFAULT_GMU = 0.9
 
 # Decode context: our prose/structured prompts are short; the mean context of a decode step is
 # the prompt plus half the generated tokens.
@@ -168,134 +118,6 @@ SPEC_PRIORS: dict[str, DraftPrior] = {
 }
 
 
-# ---------------------------------------------------------------- records
-
-
-# ---------------------------------------------------------------- model facts
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """ModelSpec plus what the planner reads from config.json or the checkpoint files."""
-
-    params_total_b: float | None = None
-    params_active_b: float | None = None
-    weight_bits: float | None = None
-    n_layers: int | None = None
-    hidden_size: int | None = None
-    n_heads: int | None = None
-    n_kv_heads: int | None = None
-    head_dim: int | None = None
-    kv_layers: int | None = None
-    context_max: int | None = None
-    n_experts: int | None = None
-    experts_per_tok: int | None = None
-    kv_lora_rank: int | None = None  # MLA: one latent per token and layer
-    qk_rope_head_dim: int | None = None
-    vocab_size: int | None = None
-    tie_word_embeddings: bool = False
-    sliding_layers: int = 0
-    sliding_window: int | None = None
-    dtype_bits: float | None = None
-    checkpoint_bytes: int | None = None
-    checkpoint_quant: str | None = None
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_moe(self) -> bool:
-        return bool(self.n_experts) or (
-            self.params_active_b is not None
-            and self.params_total_b is not None
-            and self.params_active_b < self.params_total_b
-        )
-
-
-_DTYPE_BITS = {"bfloat16": 16, "float16": 16, "float32": 32, "float8_e4m3fn": 8}
-
-
-def _first(cfg: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return None
-
-
-def _facts_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """config.json -> ModelFacts fields (only the ones present)."""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    c = {**cfg, **text}
-    out: dict[str, Any] = {
-        "n_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
-        "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),
-        "n_heads": _first(c, "num_attention_heads", "n_head"),
-        "n_kv_heads": _first(c, "num_key_value_heads", "num_kv_heads"),
-        "head_dim": c.get("head_dim"),
-        "n_experts": _first(c, "num_local_experts", "num_experts", "n_routed_experts"),
-        "experts_per_tok": _first(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
-        "kv_lora_rank": c.get("kv_lora_rank"),
-        "qk_rope_head_dim": c.get("qk_rope_head_dim"),
-        "context_max": c.get("max_position_embeddings"),
-        "vocab_size": c.get("vocab_size"),
-        "tie_word_embeddings": c.get("tie_word_embeddings"),
-    }
-    if out["head_dim"] is None and out["hidden_size"] and out["n_heads"]:
-        out["head_dim"] = out["hidden_size"] // out["n_heads"]
-    dtype = _first(c, "torch_dtype", "dtype")
-    if isinstance(dtype, str) and dtype in _DTYPE_BITS:
-        out["dtype_bits"] = _DTYPE_BITS[dtype]
-    layer_types = c.get("layer_types")
-    if isinstance(layer_types, list) and c.get("sliding_window"):
-        sliding = sum(1 for t in layer_types if "sliding" in str(t))
-        out["kv_layers"] = len(layer_types) - sliding
-        out["sliding_layers"] = sliding
-        out["sliding_window"] = c["sliding_window"]
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        out["checkpoint_quant"] = str(quant["quant_method"])
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _checkpoint_bytes(path: Path) -> tuple[int | None, str | None]:
-    if path.is_file():
-        return path.stat().st_size, f"file size of {path.name}"
-    shards = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.gguf"))
-    if shards:
-        return sum(p.stat().st_size for p in shards), f"{len(shards)} weight file(s) on disk"
-    return None, None
-
-
-def model_facts(model: ModelSpec) -> ModelFacts:
-    """The space's ModelSpec, overridden by config.json when model.path is a directory that has
-    one; a .gguf file (or a directory of weight files) gives the checkpoint size."""
-    spec_fields = (
-        "params_total_b", "params_active_b", "weight_bits", "n_layers", "hidden_size",
-        "n_heads", "n_kv_heads", "head_dim", "kv_layers", "context_max",
-    )
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for name in spec_fields:
-        if getattr(model, name) is not None:
-            values[name] = getattr(model, name)
-            sources[name] = "space"
-    if model.path:
-        path = Path(model.path).expanduser()
-        config = path / "config.json"
-        if path.is_dir() and config.is_file():
-            try:
-                cfg = json.loads(config.read_text())
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{config}: cannot read model config ({exc})") from exc
-            for name, value in _facts_from_config(cfg).items():
-                values[name] = value
-                sources[name] = "config.json"
-        if path.exists():
-            size, how = _checkpoint_bytes(path)
-            if size:
-                values["checkpoint_bytes"] = size
-                sources["checkpoint_bytes"] = how or "disk"
-    return ModelFacts(**values, sources=sources)
-
-
 # ---------------------------------------------------------------- the estimate
 
 
@@ -310,24 +132,6 @@ class _Notes:
     def assume(self, text: str) -> None:
         if text not in self.assumptions:
             self.assumptions.append(text)
-
-
-class _Params:
-    """Knob lookup: the candidate's value, else the space's fixed one; None = engine default."""
-
-    def __init__(self, space: SearchSpace, candidate: Candidate) -> None:
-        self.values: dict[str, Scalar] = {**space.fixed, **candidate.params}
-
-    def get(self, name: str) -> Scalar:
-        return self.values.get(name)
-
-    def number(self, name: str) -> float | None:
-        value = self.values.get(name)
-        if value is None or isinstance(value, bool):
-            return None
-        if not isinstance(value, (int, float)):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        return float(value)
 
 
 def _embedding_params(facts: ModelFacts) -> tuple[float, float]:
@@ -388,35 +192,6 @@ def _active_fraction(facts: ModelFacts, notes: _Notes) -> float | None:
     return 1.0
 
 
-def _kv_element_bytes(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> float | None:
-    """Bytes per cached K or V element (K and V averaged where they differ)."""
-    if engine == "llamacpp":
-        types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
-        unknown = [t for t in types if t not in LLAMACPP_KV_BYTES]
-        if unknown:
-            notes.missing("KV cache", f"llama.cpp cache type {unknown[0]!r} not in the table")
-            return None
-        return sum(LLAMACPP_KV_BYTES[str(t)] for t in types) / 2
-    mode = params.get("cache_mode")
-    if mode is not None:
-        key = str(mode).lower()
-        if key not in CACHE_MODE_BYTES:
-            notes.missing("KV cache", f"cache_mode {mode!r} not in the table")
-            return None
-        notes.assume(f"main KV in the fork's cache_mode={mode} ({CACHE_MODE_BYTES[key]:.3f} bytes/value, assumed)")
-        return CACHE_MODE_BYTES[key]
-    dtype = params.get("kv_cache_dtype")
-    if dtype in (None, "auto"):
-        bits = facts.dtype_bits or 16
-        if not facts.dtype_bits:
-            notes.assume("KV dtype auto = the model dtype, assumed 16-bit")
-        return bits / 8
-    if dtype not in VLLM_KV_BYTES:
-        notes.missing("KV cache", f"kv_cache_dtype {dtype!r} not in the table")
-        return None
-    return VLLM_KV_BYTES[str(dtype)]
-
-
 @dataclass(frozen=True)
 class _KvShape:
     per_token_bytes: float  # one token, all full-attention layers, whole model
@@ -458,8 +233,8 @@ def _kv_bytes(shape: _KvShape, tokens: int) -> float:
     return shape.per_token_bytes * tokens + sliding
 
 
-def _context(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> int | None:
-    knob = "n_ctx" if engine == "llamacpp" else "max_model_len"
+def _context(engine: Engine, params: Knobs, facts: ModelFacts, notes: _Notes) -> int | None:
+    knob = engine.context_knob
     value = params.number(knob)
     if value:
         return int(value)
@@ -470,15 +245,9 @@ def _context(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> 
     return None
 
 
-def _overhead_gb(engine: str, params: _Params, facts: ModelFacts, weights_gpu_gb: float | None,
+def _overhead_gb(engine: Engine, params: Knobs, facts: ModelFacts, weights_gpu_gb: float | None,
                  notes: _Notes) -> float:
-    if engine == "llamacpp":
-        fixed = LLAMACPP_FIXED_GB
-        tokens = params.number("n_ubatch") or LLAMACPP_DEFAULT_UBATCH
-    else:
-        eager = params.get("enforce_eager") is True
-        fixed = VLLM_FIXED_GB + (0.0 if eager else VLLM_CUDA_GRAPHS_GB)
-        tokens = params.number("max_num_batched_tokens") or VLLM_DEFAULT_BATCHED_TOKENS
+    fixed, tokens = engine.memory_overhead(params)
     if facts.hidden_size:
         activations = tokens * facts.hidden_size * 2 * ACTIVATION_WIDTHS / GB
         notes.assume(
@@ -491,18 +260,16 @@ def _overhead_gb(engine: str, params: _Params, facts: ModelFacts, weights_gpu_gb
     return fixed + activations
 
 
-def _spec(engine: str, params: _Params, facts: ModelFacts, notes: _Notes) -> tuple[float, float, float]:
+def _spec(engine: Engine, params: Knobs, facts: ModelFacts, notes: _Notes) -> tuple[float, float, float]:
     """(acceptance length, step cost in target steps, expert-read factor) for the draft settings."""
     k = int(params.number("draft_k") or 0)
-    method = params.get("spec_method")
     if k <= 0:
         return 1.0, 1.0, 1.0
-    if method is None and engine == "llamacpp":
-        method = "ngram"  # llama-cpp-python drafts by prompt lookup
+    method = engine.spec_method(params)
     if method is None:
         notes.missing("speculative gain", f"draft_k={k} without spec_method")
         return 1.0, 1.0, 1.0
-    prior = SPEC_PRIORS.get(str(method))
+    prior = SPEC_PRIORS.get(method)
     if prior is None:
         notes.missing("speculative gain", f"no prior for spec_method {method!r}")
         return 1.0, 1.0, 1.0
@@ -534,8 +301,7 @@ def _expert_share(facts: ModelFacts) -> float:
     return min(a * per_expert / active, 1.0)
 
 
-def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: ModelFacts,
-                 notes: _Notes) -> float:
+def _allreduce_s(tp: int, hardware: HardwareProfile, facts: ModelFacts, notes: _Notes) -> float:
     if tp <= 1:
         return 0.0
     per_node = max(hardware.gpus_per_node, 1)
@@ -544,22 +310,22 @@ def _allreduce_s(tp: int, hardware: HardwareProfile, pf: PlannerFacts, facts: Mo
         notes.missing("TP communication", "n_layers not given; decode is an upper bound")
         return 0.0
     if tp_nodes > 1:
-        if pf.allreduce_step_us is None:
+        if hardware.allreduce_step_us is None:
             notes.missing("TP communication", f"no fitted all-reduce latency for {hardware.name}")
             return 0.0
-        per = 2 * (tp_nodes - 1) * pf.allreduce_step_us
-        where = f"ring over {tp_nodes} nodes, 2x{tp_nodes - 1} steps of {pf.allreduce_step_us:g} us"
+        per = 2 * (tp_nodes - 1) * hardware.allreduce_step_us
+        where = f"ring over {tp_nodes} nodes, 2x{tp_nodes - 1} steps of {hardware.allreduce_step_us:g} us"
     else:
-        if pf.intra_node_allreduce_us is None:
+        if hardware.intra_node_allreduce_us is None:
             notes.missing("TP communication", f"no intra-node all-reduce latency for {hardware.name}")
             return 0.0
-        per, where = pf.intra_node_allreduce_us, "inside the node"
+        per, where = hardware.intra_node_allreduce_us, "inside the node"
     notes.assume(f"TP comm: 2 all-reduces per layer x {facts.n_layers} layers, {per:g} us each ({where}); "
                  f"latency-bound, bandwidth ignored")
     return 2 * facts.n_layers * per * 1e-6
 
 
-def _prefill_tflops(params: _Params, hardware: HardwareProfile, notes: _Notes) -> float:
+def _prefill_tflops(params: Knobs, hardware: HardwareProfile, notes: _Notes) -> float:
     quant = params.get("quantization")
     precision = COMPUTE_PRECISION.get(str(quant), "bf16") if quant else "bf16"
     if params.get("moe_backend") == "marlin":
@@ -577,11 +343,10 @@ class _Case:
     """Everything one estimate reads."""
 
     space: SearchSpace
-    engine: str  # "vllm", "llamacpp", ...
-    params: _Params
+    engine: Engine
+    params: Knobs
     model: ModelFacts
     hardware: HardwareProfile
-    pf: PlannerFacts
     tp: int
     pp: int
     notes: _Notes
@@ -607,7 +372,7 @@ def _memory(case: _Case) -> _Memory:
     tp, pp = case.tp, case.pp
     weights, kept16 = _weight_bytes(model, _str(params.get("quantization")), notes)
     weights_gpu_gb = weights / (tp * pp) / GB if weights is not None else None
-    elem = _kv_element_bytes(engine, params, model, notes)
+    elem = engine.kv_element_bytes(params, model.dtype_bits, notes)
     shape = _kv_shape(model, elem, tp, notes) if elem is not None else None
     context = _context(engine, params, model, notes)
     kv_gpu_gb = None
@@ -616,9 +381,9 @@ def _memory(case: _Case) -> _Memory:
         notes.assume(f"KV: one full {context}-token sequence must fit (the engine's startup check)")
     overhead = _overhead_gb(engine, params, model, weights_gpu_gb, notes)
     total = (weights_gpu_gb or 0.0) + (kv_gpu_gb or 0.0) + overhead
-    budget = pool_tokens = None
-    if engine == "vllm":
-        budget = (params.number("gpu_memory_utilization") or VLLM_DEFAULT_GMU) * hardware.memory_gb_per_gpu
+    pool_tokens = None
+    budget = engine.memory_budget_gb(params, hardware.memory_gb_per_gpu)
+    if budget is not None:
         if shape is not None and weights_gpu_gb is not None:
             per_token_gpu = (shape.per_token_bytes + shape.sliding_token_bytes) * shape.gpu_fraction / pp
             pool_gb = budget - weights_gpu_gb - overhead
@@ -656,7 +421,7 @@ def _fit_reason(case: _Case, mem: _Memory) -> str | None:
 
 def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     """(decode tok/s of one stream, speculative gain); None when the weights read is unknown."""
-    model, hardware, pf, notes, tp, pp = case.model, case.hardware, case.pf, case.notes, case.tp, case.pp
+    model, hardware, notes, tp, pp = case.model, case.hardware, case.notes, case.tp, case.pp
     fraction = _active_fraction(model, notes)
     length, cost, expert_factor = _spec(case.engine, case.params, model, notes)
     if mem.weights is None or fraction is None:
@@ -677,7 +442,7 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     else:
         read_kv = 0.0
         notes.missing("KV read", "KV shape unknown; decode is an upper bound")
-    efficiency = pf.decode_efficiency
+    efficiency = hardware.decode_efficiency
     if efficiency is None:
         efficiency = 1.0
         notes.assume(f"no fitted decode efficiency for {hardware.name}: bare roofline (an upper bound)")
@@ -687,15 +452,15 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     if pp > 1:
         notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
     bandwidth = hardware.mem_bandwidth_gbps * GB
-    eager = case.params.get("enforce_eager") is True
-    overhead_ms, what = (pf.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (pf.step_overhead_ms, "")
+    eager = case.engine.eager(case.params)
+    overhead_ms, what = (hardware.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (hardware.step_overhead_ms, "")
     overhead_s = (overhead_ms or 0.0) / 1000
     if overhead_ms is None:
         notes.assume(f"no fitted {what + ' ' if what else ''}per-step overhead for {hardware.name} (counted as 0)")
     else:
         notes.assume(f"fixed {what + ' ' if what else ''}step overhead {overhead_ms:g} ms for {hardware.name}")
     step_s = (
-        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, pf, model, notes) + overhead_s
+        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, model, notes) + overhead_s
     )
     return length / (step_s * cost), length / cost
 
@@ -706,7 +471,7 @@ def _prefill(case: _Case) -> float | None:
     if not active_b:
         notes.missing("prefill", "active parameter count not given")
         return None
-    efficiency = case.pf.prefill_efficiency
+    efficiency = case.hardware.prefill_efficiency
     if efficiency is None:
         efficiency = 1.0
         notes.assume(f"no fitted prefill efficiency for {hardware.name}: bare roofline (an upper bound)")
@@ -719,22 +484,18 @@ def estimate(
     candidate: Candidate,
     hardware: HardwareProfile,
     nodes: int,
-    *,
-    facts: PlannerFacts | None = None,
 ) -> PlanEstimate:
-    """Memory per GPU, fit, and predicted decode / prefill tok/s of `candidate` on `nodes` boxes.
-
-    `facts` overrides the profile's fitted numbers (calibration uses efficiency 1 = bare roofline).
+    """Memory per GPU, fit, and predicted decode / prefill tok/s of `candidate` on `nodes` boxes,
+    with the profile's fitted numbers (calibration passes a profile without them: the bare roofline).
     Raises ConfigError when the TP x PP layout does not match the cluster.
     """
     tp, pp = parallel_layout(space, candidate, hardware, nodes)
     case = _Case(
         space=space,
-        engine="llamacpp" if space.engine.startswith("llama") else space.engine,
-        params=_Params(space, candidate),
+        engine=get_engine(space.engine),
+        params=Knobs({**space.fixed, **candidate.params}),
         model=model_facts(space.model),
         hardware=hardware,
-        pf=facts or planner_facts(hardware),
         tp=tp,
         pp=pp,
         notes=_Notes(),
@@ -825,135 +586,3 @@ def fits_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Cal
         return None if est.fits else f"planner: {est.reason}"
 
     return check
-
-
-# ---------------------------------------------------------------- table
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "?" if value is None else f"{value:,.{digits}f}"
-
-
-def _common(lists: list[list[str]]) -> list[str]:
-    """Items every list has, in the first list's order."""
-    if not lists:
-        return []
-    shared = set(lists[0]).intersection(*map(set, lists[1:]))
-    return [item for item in lists[0] if item in shared]
-
-
-def render_plan_table(report: PlanReport) -> Table:
-    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
-    terms shared by every row go to the caption; rows show what differs."""
-    rows = report.kept + report.dropped
-    tokens = [est.label.split(" ") for est in rows]
-    shared = _common(tokens)
-    shared_unknown = _common([est.unknown for est in report.kept])
-    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
-    if shared:
-        caption.append("every candidate: " + " ".join(shared))
-    if shared_unknown:
-        caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
-    table = Table(
-        title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
-        f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
-        caption="\n".join(caption),
-        caption_justify="left",
-    )
-    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
-    table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("note", overflow="fold", min_width=12)
-    for est, words in zip(rows, tokens):
-        label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
-        layout = f"{est.tp}x{est.pp}" if est.tp else "-"
-        memory = [_fmt(est.weights_gb), _fmt(est.kv_gb), _fmt(est.overhead_gb), _fmt(est.total_gb),
-                  _fmt(est.usable_gb)]
-        if est.fits:
-            notes = [u for u in est.unknown if u not in shared_unknown]
-            if est.kv_pool_tokens is not None:
-                notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
-            table.add_row(label, layout, *memory, _fmt(est.decode_tps), _fmt(est.prefill_tps, 0),
-                          "; ".join(notes))
-        else:
-            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
-    return table
-
-
-# ---------------------------------------------------------------- fitting
-
-
-def fit_efficiency(pairs: list[tuple[float, float]]) -> float:
-    """Median of measured / predicted over (predicted_roofline_tps, measured_tps) pairs."""
-    ratios = [measured / predicted for predicted, measured in pairs if predicted > 0 and measured > 0]
-    if not ratios:
-        raise ValueError("fit_efficiency needs at least one pair with positive numbers")
-    return statistics.median(ratios)
-
-
-def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: int) -> float:
-    """One ring all-reduce step between nodes, in microseconds, from decode at TP1 and at TP=tp
-    on tp nodes: 1/tp_tps = 1/(tp x single_tps) + 2 x n_layers x 2(tp-1) x step. Assumes the
-    memory time splits evenly over the TP ranks."""
-    comm_s = 1 / tp_tps - 1 / (tp * single_tps)
-    return comm_s / (2 * n_layers * 2 * (tp - 1)) * 1e6
-
-
-def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, int]:
-    params = point.get("params", {})
-    space = SearchSpace(
-        name=point["name"], engine=point.get("engine", "vllm"), model=ModelSpec(**point["model"]),
-        fixed=params, knobs=[],
-    )
-    return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
-
-
-def _on_cores(hardware: HardwareProfile, point: dict[str, Any]) -> HardwareProfile:
-    """A CPU calibration point measured on `cores` cores: the profile's compute scaled as
-    `--hardware auto` scales it on such a host."""
-    cores = point.get("cores")
-    if not cores or not hardware.nominal_cores:
-        return hardware
-    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores})
-
-
-def calibrate(profile_name: str) -> dict[str, float | None]:
-    """Refit a profile's decode/prefill efficiency and all-reduce step from its calibration points
-    in hardware_profiles.yaml; None where it has no points."""
-    hardware = get_profile(profile_name)
-    points = calibration_points(profile_name)
-    bare = replace(
-        planner_facts(hardware),
-        decode_efficiency=1.0,
-        prefill_efficiency=1.0,
-        step_overhead_ms=None,
-        eager_step_overhead_ms=None,
-    )
-    out: dict[str, float | None] = {}
-    for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
-        pairs = []
-        for point in points.get(kind, []):
-            space, candidate, nodes = _calibration_case(point)
-            predicted = getattr(estimate(space, candidate, _on_cores(hardware, point), nodes, facts=bare), attr)
-            if predicted is None:
-                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
-            pairs.append((predicted, float(point["measured_tps"])))
-        out[f"{kind}_efficiency"] = fit_efficiency(pairs) if pairs else None
-    steps = [
-        fit_allreduce_step_us(p["single_tps"], p["tp_tps"], p["tp"], p["n_layers"])
-        for p in points.get("allreduce", [])
-    ]
-    out["allreduce_step_us"] = statistics.median(steps) if steps else None
-    # fixed per-step time: what a small model's measured step takes beyond its memory time
-    fitted = replace(bare, decode_efficiency=out["decode_efficiency"] or 1.0)
-    for kind in ("step_overhead", "eager_step_overhead"):
-        overheads = []
-        for point in points.get(kind, []):
-            space, candidate, nodes = _calibration_case(point)
-            predicted = estimate(space, candidate, hardware, nodes, facts=fitted).decode_tps
-            if predicted is None:
-                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
-            overheads.append(1000 / float(point["measured_tps"]) - 1000 / predicted)
-        out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
-    return out

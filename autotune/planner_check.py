@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from autotune.hardware import get_profile, planner_facts
+from autotune.engines import Knobs, get_engine
+from autotune.calibration import bare_roofline
+from autotune.hardware import get_profile
 from autotune.models import SearchSpace, TrialResult
-from autotune.planner import DECODE_PROMPT_TOKENS, VLLM_KV_BYTES, estimate, model_facts
+from autotune.model_config import model_facts
+from autotune.planner import DECODE_PROMPT_TOKENS, estimate
 
 GB = 1e9
 
@@ -52,10 +55,20 @@ class Point:
         return self.decode_tps * self.bytes_per_token / self.bandwidth
 
 
+class _Unnoted:
+    """The planner's notes, not kept: this check reads numbers only."""
+
+    def assume(self, text: str) -> None:
+        pass
+
+    def missing(self, term: str, why: str) -> None:
+        pass
+
+
 def _kv_bytes_per_token(space: SearchSpace, params: dict) -> float:
     facts = model_facts(space.model)
     layers = facts.kv_layers or facts.n_layers or 0
-    elem = VLLM_KV_BYTES.get(str(params.get("kv_cache_dtype") or "auto"), 2.0)
+    elem = get_engine(space.engine).kv_element_bytes(Knobs(params), facts.dtype_bits, _Unnoted()) or 2.0
     return 2.0 * layers * (facts.n_kv_heads or 0) * (facts.head_dim or 0) * elem
 
 
@@ -65,9 +78,7 @@ def point(space: SearchSpace, trial: TrialResult, hardware: str = "h200") -> Poi
     if trial.status != "ok" or decode is None:
         return None
     profile = get_profile(hardware)
-    bare = replace(planner_facts(profile), decode_efficiency=1.0, prefill_efficiency=1.0,
-                   step_overhead_ms=None, eager_step_overhead_ms=None)
-    est = estimate(space, trial.candidate, profile, 1, facts=bare)
+    est = estimate(space, trial.candidate, bare_roofline(profile), 1)
     current = estimate(space, trial.candidate, profile, 1)
     bandwidth = profile.mem_bandwidth_gbps * GB
     prefill = [m for m in trial.measurements if m.name.startswith("prefill_tps.")]

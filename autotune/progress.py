@@ -15,12 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient, Messages
+from autotune.engines import get_engine
 from autotune.models import Candidate, RequestResult, SearchSpace
 from autotune.store import Store
 
 
 # engine start to healthy when nothing was measured yet: guesses, said as such in the forecast
-STARTUP_GUESS_S = {"llamacpp": 5.0, "vllm": 120.0}
 PROMPTS_PER_SET_SHIPPED = 3
 QEVAL_PROMPT_TOKENS_GUESS = 400  # a few-shot qeval prompt, roughly  # autotune/bench/prompts/*.yaml hold at least this many prompts each
 
@@ -119,7 +119,7 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
         in_tokens += phases.get("needle", 0) * ctx // 2
     tps = decode_tps or 20.0
     pps = prefill_tps or 200.0
-    return STARTUP_GUESS_S.get(space.engine, 60.0) + out_tokens / tps + in_tokens / pps
+    return get_engine(space.engine).startup_guess_s + out_tokens / tps + in_tokens / pps
 
 
 def eta_s(durations: list[float], trials_left: int, confirm_launches: int, current_s: float = 0.0) -> float | None:

@@ -13,8 +13,8 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from autotune.models import Candidate, FailureInfo, LaunchSpec, TrialResult
-from autotune.noise import single_launch_inside
+from autotune.models import Candidate, FailureInfo, LaunchSpec, PlanReport, TrialResult
+from autotune.noise import single_launch_inside, single_launch_verdict
 from autotune.progress import RunForecast, eta_s, fmt_duration
 from autotune.score import verdict
 from autotune.study import StudyOutcome
@@ -294,8 +294,7 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         console.print("  [yellow]accuracy unchecked: the study runs with --no-accuracy (throughput only)[/]")
     if base and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
-        inside = single_launch_inside(ratio, noise)
-        judged = {None: "not judged", True: "inside the noise", False: "beyond the noise"}[inside]
+        judged = single_launch_verdict(ratio, noise)
         console.print(
             f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s: x{ratio:.2f}, one launch each "
             f"({judged}; {noise_text})"
@@ -402,7 +401,7 @@ def print_probe(console: Console, result: Any) -> None:
 
 
 def print_untested(console: Console, results: list[Any]) -> None:
-    from probes.launch_order import untested_summary
+    from autotune.launch_order import untested_summary
 
     untested = untested_summary(r for r in results if r.params)
     if not untested:
@@ -432,12 +431,63 @@ def print_isolations(console: Console, isolations: list[Any]) -> None:
         console.print(f"  {isolation.summary()}", markup=False, highlight=False)
 
 
-def print_plan(console: Console, plan_report: Any) -> None:
-    from autotune.planner import render_plan_table
-
+def print_plan(console: Console, plan_report: PlanReport) -> None:
     console.print(render_plan_table(plan_report))
     if plan_report.launch is not None:
         console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
         print_launch(console, plan_report.launch)
     if plan_report.hosts_note:
         console.print(plan_report.hosts_note, markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------- the plan's table
+
+
+def _plan_fmt(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def _common(lists: list[list[str]]) -> list[str]:
+    """Items every list has, in the first list's order."""
+    if not lists:
+        return []
+    shared = set(lists[0]).intersection(*map(set, lists[1:]))
+    return [item for item in lists[0] if item in shared]
+
+
+def render_plan_table(report: PlanReport) -> Table:
+    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
+    terms shared by every row go to the caption; rows show what differs."""
+    rows = report.kept + report.dropped
+    tokens = [est.label.split(" ") for est in rows]
+    shared = _common(tokens)
+    shared_unknown = _common([est.unknown for est in report.kept])
+    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
+    if shared:
+        caption.append("every candidate: " + " ".join(shared))
+    if shared_unknown:
+        caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
+    table = Table(
+        title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
+        f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
+        caption="\n".join(caption),
+        caption_justify="left",
+    )
+    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
+    table.add_column("candidate", overflow="fold", min_width=16)
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold", min_width=12)
+    for est, words in zip(rows, tokens):
+        label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
+        layout = f"{est.tp}x{est.pp}" if est.tp else "-"
+        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, est.usable_gb)]
+        if est.fits:
+            notes = [u for u in est.unknown if u not in shared_unknown]
+            if est.kv_pool_tokens is not None:
+                notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
+            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), _plan_fmt(est.prefill_tps, 0),
+                          "; ".join(notes))
+        else:
+            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
+    return table

@@ -19,9 +19,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from autotune.confirm import confirm, relaunch
+from autotune.device import detect, host_fingerprint
 from autotune.engines import Engine, get_engine
-from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate, StoreError
+from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
 from autotune.hardware import GIB_IN_GB, is_this_host, parallel_layout, resolve_hardware
+from autotune.launchers import launcher_class
 from autotune.launchers.base import free_port
 from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster, placeholder_note
 from autotune.launchers.preflight import check_launch
@@ -42,7 +44,7 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.progress import STARTUP_GUESS_S, RunForecast, measured_durations, workload_guess_s
+from autotune.progress import RunForecast, measured_durations, workload_guess_s
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.score import accuracy_status
 from autotune.space import (
@@ -59,7 +61,7 @@ from autotune.space import (
 )
 from autotune.space_fingerprint import check_same_experiment
 from autotune.space_fingerprint import fingerprint as space_fingerprint
-from autotune.store import Store
+from autotune.store import Store, check_writable
 from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
 from autotune.study_lock import StudyLock, StudyOwner
 from autotune.trial import TrialContext
@@ -85,37 +87,8 @@ class SearchPlan(BaseModel):
     first: list[Candidate] = []
 
 
-def detect_device() -> DeviceIdentity:
-    from probes.device import detect
-
-    return detect()
-
-
-def fingerprint(device: DeviceIdentity, engine: Engine) -> HostFingerprint:
-    gpu = device.gpus[0] if device.gpus else None
-    return HostFingerprint(
-        hostname=socket.gethostname(),
-        gpu=f"{len(device.gpus)}x {gpu.name}" if gpu else None,
-        compute_capability=gpu.compute_capability if gpu else None,
-        driver=device.driver,
-        cuda=device.cuda_runtime,
-        torch=device.torch_version,
-        engine=engine.name,
-        engine_version=engine.version(),
-    )
-
-
 def open_store(db_path: Path, must_exist: bool = False) -> Store:
     return Store(db_path, must_exist=must_exist)
-
-
-def check_writable(db_path: Path) -> None:
-    parent = db_path.parent if str(db_path.parent) else Path(".")
-    target = db_path if db_path.exists() else parent
-    if not target.exists():
-        raise StoreError(f"cannot create {db_path}: folder {parent} does not exist")
-    if not os.access(target, os.W_OK):
-        raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 
 def node_profile(name: str, device: DeviceIdentity | None, cluster_file: Path | None) -> HardwareProfile:
@@ -179,15 +152,14 @@ def cluster_for(
     """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
     standing in for boxes when this host has the GPUs for all of them. A dry run launches nothing,
     so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
-    if launcher not in ("process", "ray", "docker"):
-        raise ConfigError(f"unknown launcher {launcher!r}; use process, ray or docker")
+    chosen = launcher_class(launcher)  # an unknown name is refused here, before anything is read
     if cluster_file is not None:
         cluster = load_cluster(cluster_file)
         if len(cluster.nodes) != nodes:
             raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
         return cluster.model_copy(update={"image": cluster.image or image})
-    if launcher == "docker" and not dry_run:
-        raise ConfigError("the docker launcher needs --cluster FILE (nodes with their Docker daemons, and the image)")
+    if chosen.needs_cluster_file and not dry_run:
+        raise ConfigError(f"the {launcher} launcher needs --cluster FILE ({chosen.needs_cluster_file})")
     if nodes == 1:
         return None
     needed = nodes * hardware.gpus_per_node
@@ -229,14 +201,14 @@ def prepare(
         if not dry_run:
             raise
         model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
-    device = detect_device()
+    device = detect()
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
     launcher_name = launcher or space.launcher
     cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
     check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
-    host = fingerprint(device, engine)
+    host = host_fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
     else:
@@ -430,7 +402,7 @@ def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
         trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
         basis = (
             "rough guess, nothing measured here yet: the workload's requests at the planner's "
-            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{STARTUP_GUESS_S.get(plan.space.engine, 60):.0f} s start"
+            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{plan.engine.startup_guess_s:.0f} s start"
         )
     return RunForecast(
         study=plan.study,
@@ -638,13 +610,13 @@ def _planned(
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
-    device = detect_device() if store is not None or (hardware or space.hardware) == "auto" else None
+    device = detect() if store is not None or (hardware or space.hardware) == "auto" else None
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
     dropped: list[PlanEstimate] = []
     if store is not None and device is not None and is_this_host(profile, device):
-        check = probes_check(store.probe_results(fingerprint(device, engine).key()))
+        check = probes_check(store.probe_results(host_fingerprint(device, engine).key()))
         verdicts = [(c, check(c)) for c in kept]
         kept = [c for c, why in verdicts if why is None]
         dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]

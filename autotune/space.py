@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.models import Candidate, ProbeResult, Rule, Scalar, SearchSpace
 from autotune.yaml_files import load_yaml_model
@@ -99,7 +100,7 @@ def probe_is_evidence(probe: ProbeResult) -> bool:
     failure class implicates the feature (a pruning signature, wrong output). A timeout, an
     out-of-memory under probe conditions (several launches on one GPU, small KV) or an
     unclassified crash proves nothing: such a feature stays untested."""
-    from probes.signatures import signatures_for
+    from autotune.signatures import signatures_for
 
     if probe.status != "fails":
         return False
@@ -129,15 +130,11 @@ def rules_check(space: SearchSpace) -> Check:
     return check
 
 
-CONTEXT_KNOBS = ("n_ctx", "max_model_len")
-
-
 def context_tokens(space: SearchSpace, candidate: Candidate) -> int:
-    """The context a candidate launches with (its context knob), else the model's."""
-    for name in CONTEXT_KNOBS:
-        value = candidate.params.get(name)
-        if isinstance(value, int) and value > 0:
-            return value
+    """The context a candidate launches with (its engine's context knob), else the model's."""
+    value = candidate.params.get(get_engine(space.engine).context_knob)
+    if isinstance(value, int) and value > 0:
+        return value
     return space.model.context_max or 2048
 
 

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.hardware import get_profile
 from autotune.models import HardwareProfile, SearchSpace
 from autotune.space import DEFAULT_SPACE, available_spaces, load_space
-
-#: engines that run on a host without a GPU; every other engine needs one
-CPU_ENGINES = frozenset({"llamacpp"})
-
 
 class SpaceChoice(BaseModel):
     """The space a command runs, and the line that tells the user why (None: they named it)."""
@@ -44,7 +41,7 @@ def made_for(space: SearchSpace) -> str:
 
 def runs_on(space: SearchSpace, profile: HardwareProfile) -> bool:
     """A generic (`hardware: auto`) one-node space suits a profile when its engine can run there."""
-    needs_gpu = space.engine not in CPU_ENGINES
+    needs_gpu = get_engine(space.engine).needs_gpu
     return space.hardware == "auto" and space.nodes == 1 and needs_gpu == (profile.gpus_per_node > 0)
 
 

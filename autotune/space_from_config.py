@@ -31,9 +31,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotune import __version__
+from autotune import __version__, model_config
 from autotune.errors import ConfigError
 from autotune.hardware import get_profile
+from autotune.model_config import config_file, text_fields
 from autotune.models import HardwareProfile, KnobSpec, ModelSpec, Rule, Scalar, SearchSpace, Workload
 from autotune.planner import estimate
 from autotune.space import baseline, count_candidates
@@ -122,16 +123,10 @@ def read_config(model: str) -> tuple[dict[str, Any], Path]:
             f"{model} does not exist; autotune downloads nothing: put the model (or just its config.json) on disk "
             "first, e.g. `hf download ORG/NAME config.json --local-dir DIR`, and pass --model DIR"
         )
-    config = path / "config.json" if path.is_dir() else path
+    config = config_file(path)
     if not config.is_file():
         raise ConfigError(f"{path} holds no config.json (a Hugging Face checkpoint directory has one)")
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{config}: cannot read it as JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{config}: a model config is a JSON object, got {type(data).__name__}")
-    return data, (path if path.is_dir() else config.parent).resolve()
+    return model_config.read_config(config), config.parent.resolve()
 
 
 def _moe_layer_count(c: dict[str, Any], n_layers: int) -> int:
@@ -146,7 +141,7 @@ def _moe_layer_count(c: dict[str, Any], n_layers: int) -> int:
 
 def architecture(cfg: dict[str, Any]) -> Architecture:
     """The Architecture of a config.json; ConfigError naming the first missing key."""
-    c = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else dict(cfg)
+    c = text_fields(cfg)
     required = {
         "num_hidden_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
         "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),

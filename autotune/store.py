@@ -14,6 +14,7 @@ Schema changes are an append-only list of migrations (`MIGRATIONS`); never edit 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -181,6 +182,16 @@ class LearnedFailure(dict[str, Any]):
         values = self.knob_values
         return bool(values) and all(candidate.params.get(k) == v for k, v in values.items())
 
+
+
+def check_writable(db_path: Path) -> None:
+    """Refuse, before anything runs, a runs.db path that cannot be created or written."""
+    parent = db_path.parent if str(db_path.parent) else Path(".")
+    target = db_path if db_path.exists() else parent
+    if not target.exists():
+        raise StoreError(f"cannot create {db_path}: folder {parent} does not exist")
+    if not os.access(target, os.W_OK):
+        raise StoreError(f"cannot write {db_path}: permission denied (choose another path with --db)")
 
 class Store:
     """One runs.db. Opening it creates and migrates it unless `must_exist` is set."""

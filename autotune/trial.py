@@ -10,16 +10,15 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
-from autotune.engines.base import Engine
+from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, EngineStartError
-from autotune.launchers.cluster import open_server
+from autotune.launchers import open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     Candidate,
@@ -50,7 +49,7 @@ class TrialContext(BaseModel):
     port: int = 8470
     accuracy: bool = True
     watchdog: WatchdogLimits = WatchdogLimits()
-    launcher: Literal["process", "ray", "docker"] = "process"
+    launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
     cluster: Cluster | None = None
 
     def render(self, candidate: Candidate) -> LaunchSpec:
@@ -82,15 +81,14 @@ async def _scrape_counters(engine: Engine, base_url: str) -> dict[str, float]:
 
 
 def acceptance(before: dict[str, float], after: dict[str, float]) -> Measurement | None:
-    drafts = after.get("drafts", 0.0) - before.get("drafts", 0.0)
-    accepted = after.get("accepted", 0.0) - before.get("accepted", 0.0)
-    if drafts <= 0:
+    length = acceptance_length(before, after)
+    if length is None:
         return None
     return Measurement.of(
         "spec_acceptance_length",
         "tokens",
         "speculative decoding: 1 + accepted / drafts, from /metrics counter deltas over the decode workloads",
-        [1.0 + accepted / drafts],
+        [length],
     )
 
 

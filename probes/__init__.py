@@ -1,11 +1,23 @@
-"""Probes: what this host is and what actually runs on it, with evidence.
+"""Probe programs: each runs in its own process and reports what it found as a ProbeResult.
 
-Each probe runs in its own process (`runner.run_probe_subprocess`) and returns a ProbeResult;
-a feature that fails is data, not an exception. Heavy imports (torch, triton, llama_cpp) happen
-only inside the probe processes, so this package imports on any machine.
+`python -m probes.kernels NAME`, `python -m probes.llamacpp_features ...`, the vLLM selector
+(`probes.vllm_features`) and `python -m probes.tiny_models ...` are started by autotune's probe
+runner (autotune/probe_runner.py), never imported by it: a GPU fault poisons only the probe's own
+process. Heavy imports (torch, triton, vllm, llama_cpp) happen only inside these processes. A probe
+prints its result with `emit`, as the last line on stdout.
 """
 
-from probes.runner import run_probe_subprocess
-from probes.signatures import classify, classify_file, signature_table
+from __future__ import annotations
 
-__all__ = ["classify", "classify_file", "run_probe_subprocess", "signature_table"]
+import sys
+
+from autotune.models import ProbeResult
+
+
+def emit(result: ProbeResult) -> None:
+    """Print the result as the last stdout line of a probe process (what the runner parses)."""
+    sys.stdout.write("\n" + result.model_dump_json() + "\n")
+    sys.stdout.flush()
+
+
+__all__ = ["emit"]

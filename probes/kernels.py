@@ -5,13 +5,15 @@ operands are drawn from values each format holds exactly, and scales are powers 
 only expected error is the bf16 rounding of the output. Wrong output without an error is a
 failure of class `silent_miscompute`.
 
-`python -m probes.kernels <name>` prints one ProbeResult (JSON) as its last stdout line.
+`python -m probes.kernels <name>` prints one ProbeResult (JSON) as its last stdout line;
+`python -m probes.kernels --list` prints the names (JSON).
 torch and triton are imported inside the probe functions only.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import tempfile
 import traceback
@@ -19,10 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import ConfigError
 from autotune.models import ProbeResult
-from probes.runner import emit, python_module_argv, run_probe_subprocess
-from probes.signatures import GOLDEN_MISMATCH_MARKER, UNCLASSIFIED, classify
+from autotune.signatures import GOLDEN_MISMATCH_MARKER, UNCLASSIFIED, classify
+from probes import emit
 
 # bf16 keeps 8 significant bits: an exactly accumulated sum is off by at most 2^-8 relative.
 _BF16_RTOL = 2.0**-7
@@ -321,18 +322,10 @@ def run_one(name: str) -> ProbeResult:
         return ProbeResult(feature=_feature(name), status="fails", evidence=evidence, signature=signature)
 
 
-def run_kernel_probes(timeout_s: float = 120, names: list[str] | None = None) -> list[ProbeResult]:
-    """Every kernel probe (or `names`), each in its own subprocess."""
-    unknown = sorted(set(names or []) - set(KERNEL_PROBES))
-    if unknown:
-        raise ConfigError(f"unknown kernel probe {', '.join(unknown)}; known: {', '.join(KERNEL_PROBES)}")
-    return [
-        run_probe_subprocess(python_module_argv("probes.kernels", name), _feature(name), timeout_s)
-        for name in (names or list(KERNEL_PROBES))
-    ]
-
-
 def main(argv: list[str]) -> int:
+    if argv == ["--list"]:  # the parent asks which probes exist: their names live here
+        print(json.dumps(list(KERNEL_PROBES)))
+        return 0
     if len(argv) != 1 or argv[0] not in KERNEL_PROBES:
         print(f"usage: python -m probes.kernels {{{','.join(KERNEL_PROBES)}}}", file=sys.stderr)
         return 2

@@ -209,11 +209,11 @@ def test_plan_drops_what_this_hosts_probes_show_failing(tmp_path, capsys):
 
     from autotune.engines import get_engine
     from autotune.models import ProbeResult
-    from autotune.search import detect_device, fingerprint
+    from autotune.device import detect, host_fingerprint
     from autotune.store import Store
 
     db = tmp_path / "runs.db"
-    host = fingerprint(detect_device(), get_engine("llamacpp"))
+    host = host_fingerprint(detect(), get_engine("llamacpp"))
     failing = ProbeResult(feature="type_v=q4_0 flash_attn=False", status="fails", signature="kv_quant_needs_flash_attn",
                           params={"type_v": "q4_0", "flash_attn": False})
     Store(db).save_probe_results(host.key(), [failing])

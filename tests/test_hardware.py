@@ -10,7 +10,6 @@ from autotune.hardware import (
     get_profile,
     load_profiles,
     parallel_layout,
-    planner_facts,
     resolve_hardware,
 )
 from autotune.models import (
@@ -64,14 +63,14 @@ def test_spark_profile_holds_the_gb10_facts():
     assert spark.memory_gb_per_gpu == pytest.approx(121.7 * GIB_IN_GB, abs=0.05)  # 121.7 GiB visible
     assert 0 < spark.os_reserve_gb < 20
     assert spark.interconnect_gbps == 200.0
-    facts = planner_facts(spark)
+    facts = spark
     assert facts.decode_efficiency is not None and 0 < facts.decode_efficiency < 1
     assert facts.allreduce_step_us is not None and facts.allreduce_step_us > 0
 
 
 def test_profiles_without_measurements_say_so():
-    assert planner_facts(get_profile("h200")).decode_efficiency is None
-    assert planner_facts(get_profile("cpu")).nominal_cores == 8
+    assert get_profile("h200").decode_efficiency is None
+    assert get_profile("cpu").nominal_cores == 8
 
 
 def test_get_profile_returns_a_copy():

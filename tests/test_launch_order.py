@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.models import ProbeResult, SearchSpace
-from autotune.store import Store
-from probes.launch_order import (
+from autotune.feature_probes.vllm import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
+from autotune.launch_order import (
     ACCEPTED_UNCONFIRMED,
     BUDGET_USED_UP,
     IN_SPACE,
@@ -21,7 +20,8 @@ from probes.launch_order import (
     space_uses,
     untested_summary,
 )
-from probes.vllm_features import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
+from autotune.models import ProbeResult, SearchSpace
+from autotune.store import Store
 
 SPACE = SearchSpace.model_validate({
     "name": "order-test", "engine": "vllm", "model": {"name": "m", "path": "m"},

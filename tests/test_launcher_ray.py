@@ -17,12 +17,12 @@ import pytest
 from autotune.engines.vllm import VllmEngine, ray_start_argv
 from autotune.launchers.base import free_port
 from autotune.errors import ConfigError, EngineStartError
+from autotune.launchers import open_server
 from autotune.launchers.cluster import (
     Cluster,
     ClusterNode,
     load_cluster,
     local_cluster,
-    open_server,
     rank_env,
 )
 from autotune.launchers.process import ServerProcess

@@ -9,19 +9,12 @@ import pytest
 from rich.console import Console
 
 from autotune.errors import ConfigError
-from autotune.hardware import get_profile, planner_facts
+from autotune.calibration import calibrate, fit_allreduce_step_us, fit_efficiency
+from autotune.hardware import get_profile
+from autotune.model_config import model_facts
 from autotune.models import Candidate, ModelSpec, SearchSpace, Workload
-from autotune.planner import (
-    PlanEstimate,
-    calibrate,
-    estimate,
-    fit_allreduce_step_us,
-    fit_efficiency,
-    fits_check,
-    model_facts,
-    plan,
-    render_plan_table,
-)
+from autotune.planner import PlanEstimate, estimate, fits_check, plan
+from autotune.report import render_plan_table
 from autotune.space import baseline, enumerate_candidates, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -208,7 +201,7 @@ def test_tp_across_sparks_pays_the_all_reduce():
     space = vllm_space(kv_cache_dtype="fp8", max_model_len=8192)
     one, two = run(space, hardware="spark"), run(space, hardware="spark", nodes=2)
     assert one.decode_tps < two.decode_tps < 2 * one.decode_tps
-    step_us = planner_facts(get_profile("spark")).allreduce_step_us
+    step_us = get_profile("spark").allreduce_step_us
     # per token: 2 all-reduces x 32 layers x 2 ring steps x step
     expected = 1 / (1 / (2 * one.decode_tps) + 2 * 32 * 2 * step_us * 1e-6)
     assert two.decode_tps == pytest.approx(expected, rel=0.01)
@@ -220,7 +213,7 @@ def test_prefill_scales_with_tp_and_uses_fp8_math_for_fp8():
     fp8 = run(space, hardware="spark", quantization="fp8")
     assert fp8.prefill_tps == pytest.approx(2 * bf16.prefill_tps, rel=0.001)  # 250 vs 125 TFLOPS
     assert run(space, hardware="spark", nodes=2).prefill_tps == pytest.approx(2 * bf16.prefill_tps, rel=0.001)
-    eff = planner_facts(get_profile("spark")).prefill_efficiency
+    eff = get_profile("spark").prefill_efficiency
     assert bf16.prefill_tps == pytest.approx(eff * 125e12 / (2 * 8e9), rel=0.001)
 
 
@@ -240,17 +233,17 @@ def test_fit_allreduce_step():
 
 def test_spark_efficiencies_in_the_yaml_are_the_fit_of_its_calibration_points():
     fitted = calibrate("spark")
-    facts = planner_facts(get_profile("spark"))
+    facts = get_profile("spark")
     assert facts.decode_efficiency == pytest.approx(fitted["decode_efficiency"], abs=0.0005)
     assert facts.prefill_efficiency == pytest.approx(fitted["prefill_efficiency"], abs=0.0005)
     assert facts.allreduce_step_us == pytest.approx(fitted["allreduce_step_us"], abs=0.05)
     h200 = calibrate("h200")
     assert h200["decode_efficiency"] is None and h200["allreduce_step_us"] is None
-    h200_facts = planner_facts(get_profile("h200"))
+    h200_facts = get_profile("h200")
     assert h200_facts.step_overhead_ms == pytest.approx(h200["step_overhead_ms"], abs=0.0005)
     assert h200_facts.eager_step_overhead_ms == pytest.approx(h200["eager_step_overhead_ms"], abs=0.0005)
     assert facts.eager_step_overhead_ms == pytest.approx(fitted["eager_step_overhead_ms"], abs=0.0005)
-    cpu, cpu_facts = calibrate("cpu"), planner_facts(get_profile("cpu"))
+    cpu, cpu_facts = calibrate("cpu"), get_profile("cpu")
     assert cpu_facts.decode_efficiency == pytest.approx(cpu["decode_efficiency"], abs=0.0005)
     assert cpu_facts.prefill_efficiency == pytest.approx(cpu["prefill_efficiency"], abs=0.0005)
 

@@ -11,11 +11,11 @@ import pytest
 
 from autotune.errors import ProbeError
 from autotune.models import ProbeResult
-from probes.runner import run_probe_subprocess
+from autotune.probe_runner import run_probe_subprocess
 
 PRINTS_RESULT = """
 from autotune.models import ProbeResult
-from probes.runner import emit
+from probes import emit
 print("some chatter first")
 emit(ProbeResult(feature="probe-own-name", status="works", evidence="42 == 42", params={"k": 1}))
 """
@@ -118,7 +118,7 @@ def test_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
 
 
 def test_env_reaches_the_probe() -> None:
-    code = "import os; from autotune.models import ProbeResult; from probes.runner import emit; " \
+    code = "import os; from autotune.models import ProbeResult; from probes import emit; " \
            "emit(ProbeResult(feature='f', status='works', evidence=os.environ['PROBE_X']))"
     result = run_probe_subprocess(python(code), "f", timeout_s=60, env={"PROBE_X": "seen"})
     assert result.evidence == "seen"
@@ -137,8 +137,9 @@ def test_runs_from_any_working_directory(tmp_path: Path) -> None:
 
 
 def test_kernel_probes_without_a_gpu_are_unsupported_and_quick() -> None:
-    from probes.device import detect
-    from probes.kernels import KERNEL_PROBES, run_kernel_probes
+    from autotune.device import detect
+    from autotune.probing import run_kernel_probes
+    from probes.kernels import KERNEL_PROBES
 
     if detect().gpus:
         pytest.skip("this host has a CUDA GPU: the kernel probes run for real there")
@@ -153,7 +154,7 @@ def test_kernel_probes_without_a_gpu_are_unsupported_and_quick() -> None:
 
 def test_unknown_kernel_probe_is_bad_input() -> None:
     from autotune.errors import ConfigError
-    from probes.kernels import run_kernel_probes
+    from autotune.probing import run_kernel_probes
 
     with pytest.raises(ConfigError, match="unknown kernel probe"):
         run_kernel_probes(names=["fp16_magic"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ProbeError
-from probes.signatures import (
+from autotune.signatures import (
     GOLDEN_MISMATCH_MARKER,
     PROBE_TIMEOUT_MARKER,
     SIGNATURES,
@@ -259,7 +259,7 @@ def test_the_corpus_is_mostly_recorded_where_a_recording_can_be_had() -> None:
 
 
 def _strip(line: str) -> str:
-    from probes.signatures import _PREFIX_RE
+    from autotune.signatures import _PREFIX_RE
 
     return _PREFIX_RE.sub("", line, count=1).strip()
 

@@ -274,7 +274,7 @@ def test_no_accuracy_study_exports_accuracy_unchecked(tmp_path, capsys):
 
 def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_path):
     # before: the golden check was the fixed word "Paris" (waived for base models): any text passed
-    from probes import vllm_features as F
+    from autotune.feature_probes import vllm as F
 
     answers = {F.Combo("auto", None): " Paris, the city of", F.Combo("fp8", None): " Paris. The capital",
                F.Combo("fp8_e5m2", None): " a city in the"}

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from autotune.engines import vllm as V
+from autotune.engines.base import acceptance_length, acceptance_rate
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.models import Candidate, KnobSpec, ModelSpec, SearchSpace
@@ -423,19 +424,19 @@ def test_spec_metrics_accept_counters_without_the_total_suffix():
 
 
 def test_acceptance_length_and_rate_from_before_after_deltas():
-    before = V.parse_spec_metrics(METRICS)
-    after = dict(before, num_drafts=before["num_drafts"] + 100, num_draft_tokens=before["num_draft_tokens"] + 400,
-                 num_accepted_tokens=before["num_accepted_tokens"] + 150)
-    assert V.acceptance_length(before, after) == pytest.approx(2.5)
-    assert V.acceptance_rate(before, after) == pytest.approx(0.375)
-    assert V.acceptance_length({}, V.parse_spec_metrics(METRICS)) == pytest.approx(1 + 2400 / 1500)
+    before = V.VllmEngine().spec_decode_counters(METRICS)
+    after = dict(before, drafts=before["drafts"] + 100, draft_tokens=before["draft_tokens"] + 400,
+                 accepted=before["accepted"] + 150)
+    assert acceptance_length(before, after) == pytest.approx(2.5)
+    assert acceptance_rate(before, after) == pytest.approx(0.375)
+    assert acceptance_length({}, V.VllmEngine().spec_decode_counters(METRICS)) == pytest.approx(1 + 2400 / 1500)
 
 
 def test_acceptance_length_is_none_without_drafts():
-    counters = V.parse_spec_metrics(METRICS)
-    assert V.acceptance_length(counters, counters) is None
-    assert V.acceptance_rate(counters, counters) is None
-    assert V.acceptance_length({}, {}) is None
+    counters = V.VllmEngine().spec_decode_counters(METRICS)
+    assert acceptance_length(counters, counters) is None
+    assert acceptance_rate(counters, counters) is None
+    assert acceptance_length({}, {}) is None
 
 
 def test_spec_decode_counters_use_the_base_class_names():

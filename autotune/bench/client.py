@@ -9,6 +9,7 @@ A failing request becomes a RequestResult with ok=False: one bad request never e
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Protocol
 
@@ -17,6 +18,12 @@ import httpx
 from autotune.models import RequestResult
 
 Messages = list[dict[str, str]]
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def without_thinking(text: str) -> str:
+    """A reasoning model's answer without its <think> block (an unclosed one runs to the end)."""
+    return _THINK.sub("", text)
 
 
 class ChatClient(Protocol):

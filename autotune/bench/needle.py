@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from autotune.bench import words
-from autotune.bench.client import ChatClient
+from autotune.bench.client import ChatClient, without_thinking
 from autotune.errors import AutotuneError, ConfigError
 from autotune.models import NeedleCase, NeedleConfig, NeedleReport
 
@@ -61,7 +61,6 @@ MAX_COUNT_CALLS = 64
 
 _CODE = re.compile(r"(?<!\d)\d{5}(?!\d)")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ def build_prompt(
 
 def score_needle_answer(answer: str, expected: str) -> bool:
     """Pass when `expected` is the only distinct 5-digit number in the answer (see module doc)."""
-    text = _THOUSANDS.sub("", _THINK.sub("", answer))
+    text = _THOUSANDS.sub("", without_thinking(answer))
     found = set(_CODE.findall(text))
     return found == {expected}
 

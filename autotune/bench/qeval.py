@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from autotune.bench import words
-from autotune.bench.client import ChatClient
+from autotune.bench.client import ChatClient, without_thinking
 from autotune.bench.sandbox import run_python_tests
 from autotune.errors import ConfigError
 from autotune.models import (
@@ -370,14 +370,13 @@ def completion_prompt(task: QevalTask, shots: list[QevalTask]) -> str:
 
 # ---------------------------------------------------------------- answer parsing
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 _ANSWER = re.compile(r"^[\s>*_#-]*answer[\s*_]*:", re.IGNORECASE | re.MULTILINE)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
 
 
 def strip_thinking(text: str) -> str:
-    return _THINK.sub("", text).strip()
+    return without_thinking(text).strip()
 
 
 def answer_part(text: str) -> tuple[str, bool]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from autotune.engines.base import Engine
+from autotune.engines.base import Engine, Knobs, PlanNotes, ProbeRequest
 from autotune.errors import ConfigError
 
 ENGINES: dict[str, str] = {
@@ -20,4 +20,4 @@ def get_engine(name: str) -> Engine:
     return getattr(import_module(module), cls)()
 
 
-__all__ = ["ENGINES", "Engine", "get_engine"]
+__all__ = ["ENGINES", "Engine", "Knobs", "PlanNotes", "ProbeRequest", "get_engine"]

@@ -8,7 +8,11 @@ then per trial `render()` -> a launcher starts it -> on failure `classify(log)`;
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import ClassVar, Protocol
 
 from autotune.errors import ConfigError
 from autotune.models import (
@@ -17,20 +21,95 @@ from autotune.models import (
     FailureInfo,
     LaunchSpec,
     ModelSpec,
+    ProbeResult,
     Scalar,
     SearchSpace,
 )
+from autotune.signatures import classify
+
+
+class Knobs:
+    """Knob values by name: a candidate's over the space's fixed ones; None = the engine's default."""
+
+    def __init__(self, values: Mapping[str, Scalar]) -> None:
+        self.values: dict[str, Scalar] = dict(values)
+
+    def get(self, name: str) -> Scalar:
+        return self.values.get(name)
+
+    def number(self, name: str) -> float | None:
+        value = self.values.get(name)
+        if value is None or isinstance(value, bool):
+            return None
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        return float(value)
+
+
+class PlanNotes(Protocol):
+    """Where an estimate says what it assumed and which terms it could not know."""
+
+    def assume(self, text: str) -> None: ...
+
+    def missing(self, term: str, why: str) -> None: ...
+
+
+def acceptance_length(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Mean tokens per draft step between two readings of `Engine.spec_decode_counters`:
+    1 + Δaccepted / Δdrafts; None when no draft was made (or the engine counts none)."""
+    if "drafts" not in after or "accepted" not in after:
+        return None
+    drafts = after["drafts"] - before.get("drafts", 0.0)
+    if drafts <= 0:
+        return None
+    return 1.0 + (after["accepted"] - before.get("accepted", 0.0)) / drafts
+
+
+def acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+    """Accepted share of the drafted tokens: Δaccepted / Δdraft_tokens; None when none was drafted."""
+    if "draft_tokens" not in after or "accepted" not in after:
+        return None
+    drafted = after["draft_tokens"] - before.get("draft_tokens", 0.0)
+    if drafted <= 0:
+        return None
+    return (after["accepted"] - before.get("accepted", 0.0)) / drafted
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What `autotune probe` asks an engine's feature probes for."""
+
+    model_path: str
+    timeout_s: float  # for one launch to become healthy
+    budget_s: float  # no launch starts after this many seconds
+    logs_dir: Path
+    space_name: str | None = None  # launch first what this space uses
+    stored: tuple[ProbeResult, ...] = ()  # a resume: what an earlier probe stored for this host
 
 
 class Engine(ABC):
     name: ClassVar[str]
     #: knob names this engine can render; a space naming another knob is refused.
     knobs: ClassVar[frozenset[str]]
+    #: the knob that sets the context length a launch holds
+    context_knob: ClassVar[str]
+    #: launch settings that make a smoke launch fast (isolation; only for knobs not under test)
+    cheap_params: ClassVar[Mapping[str, Scalar]] = {}
+    #: the speculation method drafting uses when the space names none (None = it must be named)
+    default_spec_method: ClassVar[str | None] = None
+    #: whether it needs a GPU (a generic space of an engine that does not suits a CPU-only host)
+    needs_gpu: ClassVar[bool] = True
+    #: seconds a launch takes to become healthy, before any was measured (forecasts only)
+    startup_guess_s: ClassVar[float] = 60.0
     health_path: ClassVar[str] = "/v1/models"
     #: the engine's Prometheus endpoint, if it has one (spec-decode counters live there).
     metrics_path: ClassVar[str | None] = None
     #: POST endpoint that tokenizes text with the served model's tokenizer.
     tokenize_path: ClassVar[str] = "/tokenize"
+
+    #: "module:function" of this engine's feature probes (registered by name, like the engines:
+    #: the probes import the engine, not the other way round); None = it has none
+    feature_probes_entry: ClassVar[str | None] = None
 
     #: knob -> flag for plugin/fork options this module does not know (set from the space)
     plugin_flags: dict[str, str] = {}
@@ -73,9 +152,16 @@ class Engine(ABC):
 
     def classify(self, log_text: str) -> FailureInfo | None:
         """The failure this log shows, from the shared signature table; None when it shows none."""
-        from probes.signatures import classify
-
         return classify(log_text, engine=self.name)
+
+    def feature_probes(self, request: ProbeRequest) -> list[ProbeResult]:
+        """Launch this engine's probe cells on this host (what works, with evidence), within the
+        request's budget, what the space uses first; on a resume only the cells an earlier probe
+        left untested."""
+        if self.feature_probes_entry is None:
+            raise ConfigError(f"no feature probes for engine {self.name!r}")
+        module, _, function = self.feature_probes_entry.partition(":")
+        return getattr(import_module(module), function)(self, request)
 
     def selected(self, log_text: str) -> dict[str, str]:
         """What the engine reports it actually used (backends, cache types); engine-specific."""
@@ -84,6 +170,31 @@ class Engine(ABC):
     def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
         """Speculative-decoding counters from the metrics endpoint (drafts, draft_tokens, accepted)."""
         return {}
+
+    # ------------------------------------------------------------------ what the planner asks
+
+    @abstractmethod
+    def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
+        """Bytes per cached K or V element for these settings (K and V averaged where they
+        differ); None, with a note, when the setting is not in the engine's table."""
+
+    @abstractmethod
+    def memory_overhead(self, params: Knobs) -> tuple[float, float]:
+        """(fixed GB per GPU beyond weights and KV, tokens batched per forward step at the peak)."""
+
+    def memory_budget_gb(self, params: Knobs, gpu_memory_gb: float) -> float | None:
+        """The memory the engine grabs at start (its KV pool is what is left); None = it takes
+        what it needs."""
+        return None
+
+    def eager(self, params: Knobs) -> bool:
+        """Whether each decode step runs without captured graphs (its fixed step cost differs)."""
+        return False
+
+    def spec_method(self, params: Knobs) -> str | None:
+        """The speculation method these settings draft with (None when they name none)."""
+        method = params.get("spec_method")
+        return str(method) if method is not None else self.default_spec_method
 
     def validate_space(self, space: SearchSpace) -> None:
         """Refuse knobs this engine cannot render, with the list of the ones it can."""

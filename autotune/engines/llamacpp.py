@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import sys
 from importlib import metadata
+from collections.abc import Mapping
 from typing import Annotated, ClassVar
 
-from autotune.engines.base import Engine
+from autotune.engines.base import Engine, Knobs, PlanNotes
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
 
@@ -27,6 +28,21 @@ GGML_TYPES: dict[str, int] = {
     "q8_0": 8,
     "bf16": 30,
 }
+# llama.cpp --cache-type-k / -v: ggml block sizes (q8_0 = 34 bytes per 32 values, ...).
+KV_BYTES: dict[str, float] = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
+# Memory beyond weights and KV: stated, not fitted.
+FIXED_GB = 0.25  # context + scratch
+DEFAULT_UBATCH = 512
 PLAIN_OPTIONS = (
     "n_ctx",
     "n_batch",
@@ -62,6 +78,12 @@ class LlamaCppEngine(Engine):
     knobs: ClassVar[frozenset[str]] = frozenset({*PLAIN_OPTIONS, "type_k", "type_v", "draft_k"})
     health_path = "/v1/models"
     tokenize_path = "/extras/tokenize"
+    feature_probes_entry = "autotune.feature_probes.llamacpp:feature_probes"
+    context_knob = "n_ctx"
+    cheap_params: ClassVar[Mapping[str, Scalar]] = {"n_ctx": 512}
+    default_spec_method = "ngram"  # llama-cpp-python drafts by prompt lookup
+    needs_gpu = False
+    startup_guess_s = 5.0
 
     def version(self) -> str | None:
         try:
@@ -141,6 +163,17 @@ class LlamaCppEngine(Engine):
             port=port,
             health_path=self.health_path,
         )
+
+    def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
+        types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
+        unknown = [t for t in types if t not in KV_BYTES]
+        if unknown:
+            notes.missing("KV cache", f"llama.cpp cache type {unknown[0]!r} not in the table")
+            return None
+        return sum(KV_BYTES[str(t)] for t in types) / 2
+
+    def memory_overhead(self, params: Knobs) -> tuple[float, float]:
+        return FIXED_GB, params.number("n_ubatch") or DEFAULT_UBATCH
 
     def selected(self, log_text: str) -> dict[str, str]:
         """What llama.cpp reports when it builds the context (verbose log)."""

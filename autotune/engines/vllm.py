@@ -17,10 +17,9 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import ClassVar
 
-from autotune.engines.base import Engine
+from autotune.engines.base import Engine, Knobs, PlanNotes
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
 from autotune.model_shapes import dummy_weights
@@ -84,6 +83,34 @@ NGRAM_LOOKUP_MAX = 4
 NGRAM_LOOKUP_MIN = 2
 
 # Env vars vLLM removed; setting them does nothing but warn, so they are refused with the fix.
+# KV bytes per element. --kv-cache-dtype (capabilities.md §2.2); "auto" = the model dtype.
+KV_CACHE_DTYPE_BYTES: dict[str, float] = {
+    "float16": 2.0,
+    "bfloat16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "fp8_inc": 1.0,
+    "fp8_ds_mla": 1.0,  # scales and the bf16 rope part ignored
+    "nvfp4": 0.5625,  # e2m1 + one fp8 scale per 16
+    "turboquant_k8v4": 0.75,  # 8-bit K, 4-bit V
+    "turboquant_4bit_nc": 0.5,
+    "turboquant_k3v4_nc": 0.4375,
+    "turboquant_3bit_nc": 0.375,
+    "int8_per_token_head": 1.0,
+    "fp8_per_token_head": 1.0,
+    "int4_per_token_head": 0.5,
+    "int2_per_token_head": 0.25,
+}
+# ExLlamaV3/TabbyAPI `cache_mode` (used by EXL3 forks; not a vLLM dtype). Assumed: the stated
+# bits plus one 16-bit scale per 32 values.
+CACHE_MODE_BYTES: dict[str, float] = {"fp16": 2.0, "q8": 8.5 / 8, "q6": 6.5 / 8, "q4": 4.5 / 8}
+# Memory per GPU beyond weights and KV: stated, not fitted.
+FIXED_GB = 1.5  # CUDA context, torch/NCCL buffers, sampler
+CUDA_GRAPHS_GB = 0.5  # graph pools; 0 with enforce_eager
+DEFAULT_BATCHED_TOKENS = 8192
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
 REMOVED_ENV: dict[str, str] = {
     "VLLM_ATTENTION_BACKEND": "removed from vLLM (Jan 2026); use the attention_backend knob (--attention-backend)",
     "VLLM_USE_V1": "removed from vLLM; the V1 engine is the only engine",
@@ -100,6 +127,12 @@ class VllmEngine(Engine):
     health_path = "/health"
     metrics_path = "/metrics"
     tokenize_path: ClassVar[str] = "/tokenize"
+    feature_probes_entry = "autotune.feature_probes.vllm:feature_probes"
+    context_knob = "max_model_len"
+    startup_guess_s = 120.0
+    cheap_params: ClassVar[Mapping[str, Scalar]] = {
+        "enforce_eager": True, "max_model_len": 1024, "max_num_seqs": 8, "gpu_memory_utilization": 0.3,
+    }
 
     def __init__(self, python: str | None = None) -> None:
         #: the interpreter that runs vLLM (default: this one)
@@ -166,6 +199,37 @@ class VllmEngine(Engine):
                 continue
             for value in knob.values:
                 option_args({k: v for k, v in {**space.fixed, knob.name: value}.items() if k not in space.plugin_flags})
+
+    # ------------------------------------------------------------------ what the planner asks
+
+    def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
+        mode = params.get("cache_mode")
+        if mode is not None:
+            key = str(mode).lower()
+            if key not in CACHE_MODE_BYTES:
+                notes.missing("KV cache", f"cache_mode {mode!r} not in the table")
+                return None
+            notes.assume(f"main KV in the fork's cache_mode={mode} ({CACHE_MODE_BYTES[key]:.3f} bytes/value, assumed)")
+            return CACHE_MODE_BYTES[key]
+        dtype = params.get("kv_cache_dtype")
+        if dtype in (None, "auto"):
+            if not model_dtype_bits:
+                notes.assume("KV dtype auto = the model dtype, assumed 16-bit")
+            return (model_dtype_bits or 16) / 8
+        if dtype not in KV_CACHE_DTYPE_BYTES:
+            notes.missing("KV cache", f"kv_cache_dtype {dtype!r} not in the table")
+            return None
+        return KV_CACHE_DTYPE_BYTES[str(dtype)]
+
+    def memory_overhead(self, params: Knobs) -> tuple[float, float]:
+        fixed = FIXED_GB + (0.0 if self.eager(params) else CUDA_GRAPHS_GB)
+        return fixed, params.number("max_num_batched_tokens") or DEFAULT_BATCHED_TOKENS
+
+    def memory_budget_gb(self, params: Knobs, gpu_memory_gb: float) -> float | None:
+        return (params.number("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION) * gpu_memory_gb
+
+    def eager(self, params: Knobs) -> bool:
+        return params.get("enforce_eager") is True
 
     # ------------------------------------------------------------------ reading logs and metrics
 
@@ -609,35 +673,3 @@ def parse_spec_metrics(text: str) -> dict[str, float]:
             continue
         totals[key] = totals.get(key, 0.0) + value
     return totals
-
-
-def acceptance_length(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
-    """Mean tokens per draft step: 1 + Δaccepted / Δdrafts; None when no draft was made."""
-    if "num_drafts" not in after or "num_accepted_tokens" not in after:
-        return None
-    drafts = after["num_drafts"] - before.get("num_drafts", 0.0)
-    if drafts <= 0:
-        return None
-    return 1.0 + (after["num_accepted_tokens"] - before.get("num_accepted_tokens", 0.0)) / drafts
-
-
-def acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
-    """Accepted share of the drafted tokens: Δaccepted / Δdraft_tokens; None when none was drafted."""
-    if "num_draft_tokens" not in after or "num_accepted_tokens" not in after:
-        return None
-    drafted = after["num_draft_tokens"] - before.get("num_draft_tokens", 0.0)
-    if drafted <= 0:
-        return None
-    return (after["num_accepted_tokens"] - before.get("num_accepted_tokens", 0.0)) / drafted
-
-
-def read_model_config(model_dir: str | Path) -> dict:
-    """config.json of a Hugging Face checkpoint directory (the text part for multimodal configs)."""
-    path = Path(model_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; vLLM needs a Hugging Face checkpoint directory") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-    return config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config

@@ -8,22 +8,36 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
 from autotune.errors import EngineStartError
+from autotune.launchers.preflight import REACH_TIMEOUT_S
 from autotune.launchers.watchdog import WatchdogLimits
-from autotune.models import FailureInfo, LaunchSpec, NodeLaunch
+from autotune.models import Cluster, FailureInfo, LaunchSpec, NodeLaunch
+
+
+_ports_lock = threading.Lock()
+_ports_given: set[int] = set()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
+    handed out before (launches started side by side from threads get different ports)."""
+    with _ports_lock:
+        while True:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _ports_given:
+                _ports_given.add(port)
+                return port
 
 
 def command_line(node: NodeLaunch) -> str:
@@ -33,8 +47,44 @@ def command_line(node: NodeLaunch) -> str:
     return " ".join([*env, shlex.join(node.argv)])
 
 
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a launcher is told besides the launch: the boxes, whose launch it is, how long to wait."""
+
+    cluster: Cluster | None = None
+    study: str = "autotune"
+    trial: str = "0"
+    startup_timeout_s: float = 180.0
+    limits: WatchdogLimits | None = None
+
+
 class Launched:
-    """Subclasses implement start(), wait_ready() and stop()."""
+    """Subclasses implement open(), start(), wait_ready(), stop() and stop_all(); the registry
+    (autotune/launchers/__init__.py) names them."""
+
+    #: whether it runs launches with Ray head/worker nodes (the process launcher runs one server)
+    multi_node: ClassVar[bool] = True
+
+    @classmethod
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        """This launcher for `launch`, not started yet (entering it starts it)."""
+        raise NotImplementedError
+
+    @classmethod
+    def stop_all(cls) -> None:
+        """Stop every launch of this launcher still up (signal handlers and atexit call this)."""
+        raise NotImplementedError
+
+    #: what the cluster file it cannot launch without must describe (None: it needs none)
+    needs_cluster_file: ClassVar[str | None] = None
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = REACH_TIMEOUT_S,
+    ) -> None:
+        """Refuse, before anything is written, a launch this launcher cannot run (see
+        launchers/preflight.py); `reach=False` (a dry run) skips the libraries and the network."""
 
     def start(self) -> None:
         raise NotImplementedError

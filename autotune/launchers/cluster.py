@@ -3,28 +3,23 @@
 `Cluster` describes the machines (one `ClusterNode` per box, node 0 is the head), the container
 image and the host folders to mount. `rank_env()` gives one node's environment for a multi-node
 vLLM launch (facts: the NVIDIA DGX Spark playbook and community Spark setups; each variable is
-listed with why it is set). `open_server()` picks the launcher for a LaunchSpec.
+listed with why it is set). Which launcher starts a LaunchSpec: autotune/launchers/__init__.py.
 
 Secrets never enter a Cluster or a LaunchSpec: HF_TOKEN passes through from the caller's
-environment at launch time (see PASS_THROUGH_ENV).
+environment at launch time (processes inherit it; containers get it from PASS_THROUGH_ENV in
+launchers/docker.py).
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 from autotune.errors import ConfigError
-from autotune.models import Cluster, ClusterNode, LaunchSpec
+from autotune.models import Cluster, ClusterNode
 from autotune.yaml_files import load_yaml_model
 
-if TYPE_CHECKING:
-    from autotune.launchers.watchdog import WatchdogLimits
 
-#: read from the caller's environment when a process or container starts; never written anywhere
-PASS_THROUGH_ENV: tuple[str, ...] = ("HF_TOKEN",)
 def load_cluster(path: Path) -> Cluster:
     """A cluster file (YAML with `nodes:` ...); ConfigError with the first problems when it is wrong."""
     return load_yaml_model(path, Cluster, "cluster file")
@@ -116,48 +111,3 @@ def rank_env(cluster: Cluster, index: int) -> dict[str, str]:
     env.update(cluster.nccl_env)
     env.update(node.env)
     return env
-
-
-def pass_through_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The secrets to hand a process or container at start: PASS_THROUGH_ENV names present now."""
-    source = os.environ if environ is None else environ
-    return {name: source[name] for name in PASS_THROUGH_ENV if name in source}
-
-
-# ---------------------------------------------------------------------- launcher choice
-
-Launcher = Literal["process", "ray", "docker"]
-
-
-def open_server(
-    launch: LaunchSpec,
-    log_path: Path,
-    *,
-    launcher: Launcher = "process",
-    cluster: Cluster | None = None,
-    study: str = "autotune",
-    trial: str = "0",
-    startup_timeout_s: float = 180.0,
-    limits: WatchdogLimits | None = None,
-):
-    """The server context manager for `launch`: ServerProcess (one local process), ClusterServer
-    (Ray head + workers as local processes, then the server) or DockerServer (one container per
-    node launch on each node's Docker daemon). All share ServerProcess's contract: enter = started
-    and healthy, `base_url`, `startup_s`, `alive()`, `log_text()`, `stop()`."""
-    multi = any(n.role != "server" for n in launch.nodes)
-    if launcher == "docker":
-        from autotune.launchers.docker import DockerServer
-
-        if cluster is None:
-            raise ConfigError("the docker launcher needs a cluster file (nodes, image)")
-        return DockerServer(
-            launch, cluster, log_path, study=study, trial=trial, startup_timeout_s=startup_timeout_s
-        )
-    if multi:
-        from autotune.launchers.ray import ClusterServer
-
-        host = cluster.client_host if cluster else "127.0.0.1"
-        return ClusterServer(launch, log_path, startup_timeout_s=startup_timeout_s, limits=limits, host=host)
-    from autotune.launchers.process import ServerProcess
-
-    return ServerProcess(launch, log_path, startup_timeout_s=startup_timeout_s, limits=limits)

@@ -15,6 +15,7 @@ when a DockerServer starts.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -28,9 +29,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.errors import EngineStartError, EngineUnavailable
-from autotune.launchers.base import Launched, wait_for_health
-from autotune.launchers.cluster import PASS_THROUGH_ENV, pass_through_env
+from autotune.errors import ConfigError, EngineStartError, EngineUnavailable
+from autotune.launchers import preflight as checks
+from autotune.launchers.base import Launched, LaunchOptions, wait_for_health
 from autotune.launchers.process import tail
 from autotune.launchers.ray import (
     NODES_MARKER,
@@ -48,6 +49,14 @@ LABEL_ROLE = "autotune.role"
 CONTAINER_PYTHON = "python3"  # the engine's interpreter inside the image
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]+")
 _LIVE: weakref.WeakSet[DockerServer] = weakref.WeakSet()
+#: read from the caller's environment when a container starts; never written anywhere
+PASS_THROUGH_ENV: tuple[str, ...] = ("HF_TOKEN",)
+
+
+def pass_through_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The secrets to hand a container at start: PASS_THROUGH_ENV names present now."""
+    source = os.environ if environ is None else environ
+    return {name: source[name] for name in PASS_THROUGH_ENV if name in source}
 
 
 class ContainerSpec(BaseModel):
@@ -300,6 +309,27 @@ class DockerServer(Launched):
         self._suffix = uuid.uuid4().hex[:6]
         self.cleanup_errors: list[str] = []
 
+    @classmethod
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        if options.cluster is None:
+            raise ConfigError("the docker launcher needs a cluster file (nodes, image)")
+        return cls(launch, options.cluster, log_path, study=options.study, trial=options.trial,
+                   startup_timeout_s=options.startup_timeout_s)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        stop_all()
+
+    needs_cluster_file = "nodes with their Docker daemons, and the image"
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = checks.REACH_TIMEOUT_S,
+    ) -> None:
+        if cluster is not None and reach:
+            checks.require_docker(cluster, timeout_s)
+
     # -------------------------------------------------------------- lifecycle
 
     def stop_after_failed_start(self) -> None:
@@ -326,7 +356,8 @@ class DockerServer(Launched):
         )
 
     def alive(self) -> bool:
-        return self._dead() is None
+        """Up: started, not stopped (stopping removes every container), and nothing has ended."""
+        return bool(self.containers) and self._dead() is None
 
     def log_text(self, max_bytes: int = 8_000) -> str:
         """Each container's recent log, then the server's (exec'd server: its streamed output)."""

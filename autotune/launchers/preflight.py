@@ -75,29 +75,41 @@ def check_launch(
     launcher: str, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
     timeout_s: float = REACH_TIMEOUT_S,
 ) -> None:
-    """Refuse a launch that cannot work, before anything is written. `reach=False` (dry runs)
-    skips where the nodes are, the libraries and the network."""
-    if launcher == "process" and cluster_file is not None:
+    """Refuse a launch that cannot work, before anything is written: the launcher's own checks
+    (`Launched.preflight`). `reach=False` (dry runs) skips where the nodes are, the libraries and
+    the network."""
+    from autotune.launchers import launcher_class
+
+    launcher_class(launcher).preflight(cluster, cluster_file=cluster_file, reach=reach, timeout_s=timeout_s)
+
+
+def refuse_cluster_file(cluster_file: object | None) -> None:
+    """The process launcher runs one engine process on this host: a cluster file would be ignored."""
+    if cluster_file is not None:
         raise ConfigError(
             f"--cluster {cluster_file} needs --launcher docker (or ray); the process launcher runs one "
             "engine process on this host and would ignore the boxes the file lists"
         )
-    if cluster is None:
-        return
-    if launcher == "ray" and cluster_file is not None and reach:  # a dry run only shows the launch
-        remote = [f"node {i} ({n.ip})" for i, n in enumerate(cluster.nodes) if not is_local_address(n.ip)]
-        if remote:
-            raise ConfigError(
-                f"the ray launcher starts every node on this host, but {', '.join(remote)} is not an address "
-                "of this host; launch real boxes with --launcher docker"
-            )
-    if not reach:
-        return
-    multi = len(cluster.nodes) > 1
-    if launcher in ("ray", "process") and multi and not _installed("ray"):
+
+
+def require_ray(cluster: Cluster) -> None:
+    """A launch over several nodes runs Ray."""
+    if len(cluster.nodes) > 1 and not _installed("ray"):
         raise EngineUnavailable("the multi-node launch runs Ray, which is not installed: pip install 'autotune[ray]'")
-    if launcher != "docker":
-        return
+
+
+def require_local_nodes(cluster: Cluster) -> None:
+    """The Ray launcher starts every node on this host: each node's ip must be one of its addresses."""
+    remote = [f"node {i} ({n.ip})" for i, n in enumerate(cluster.nodes) if not is_local_address(n.ip)]
+    if remote:
+        raise ConfigError(
+            f"the ray launcher starts every node on this host, but {', '.join(remote)} is not an address "
+            "of this host; launch real boxes with --launcher docker"
+        )
+
+
+def require_docker(cluster: Cluster, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """The docker SDK (and paramiko and `ssh` for ssh:// daemons) here, and every daemon answering."""
     if not _installed("docker"):
         raise EngineUnavailable("the docker launcher needs the docker SDK: pip install 'autotune[docker]'")
     ssh = [n.address for n in cluster.nodes if n.address and n.address.startswith("ssh://")]

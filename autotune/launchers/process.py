@@ -17,8 +17,10 @@ import weakref
 from pathlib import Path
 from typing import IO
 
-from autotune.launchers.base import LocalLaunched, command_line, wait_for_health
+from autotune.launchers import preflight as checks
+from autotune.launchers.base import Launched, LaunchOptions, LocalLaunched, command_line, wait_for_health
 from autotune.launchers.watchdog import Watchdog
+from autotune.models import Cluster, LaunchSpec
 
 _LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 _PR_SET_PDEATHSIG = 1
@@ -68,9 +70,29 @@ def read_log(path: Path, head_bytes: int = 1_000_000, tail_bytes: int = 2_000_00
 
 
 class ServerProcess(LocalLaunched):
+    """One engine process on this host, in its own process group."""
+
+    multi_node = False
     proc: subprocess.Popen[bytes] | None = None
     watchdog: Watchdog | None = None
     _log: IO[bytes] | None = None
+
+    @classmethod
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        return cls(launch, log_path, startup_timeout_s=options.startup_timeout_s, limits=options.limits)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        stop_all()
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = checks.REACH_TIMEOUT_S,
+    ) -> None:
+        checks.refuse_cluster_file(cluster_file)
+        if cluster is not None and reach:
+            checks.require_ray(cluster)  # a launch over several nodes goes to Ray on this host
 
     def start(self) -> None:
         node = self.launch.server

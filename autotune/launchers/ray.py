@@ -29,10 +29,11 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import EngineStartError
-from autotune.launchers.base import Launched, LocalLaunched, command_line, wait_for_health
+from autotune.launchers import preflight as checks
+from autotune.launchers.base import Launched, LaunchOptions, LocalLaunched, command_line, wait_for_health
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
-from autotune.models import LaunchSpec, NodeLaunch
+from autotune.models import Cluster, LaunchSpec, NodeLaunch
 
 _LIVE: weakref.WeakSet[RayCluster] = weakref.WeakSet()
 
@@ -391,6 +392,27 @@ class ClusterServer(LocalLaunched):
         super().__init__(launch, log_path, startup_timeout_s=startup_timeout_s, host=host, limits=limits)
         self.ray = RayCluster(launch, log_path, ready_timeout_s=startup_timeout_s, limits=self.limits)
         self.server: ServerProcess | None = None
+
+    @classmethod
+    def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
+        host = options.cluster.client_host if options.cluster else "127.0.0.1"
+        return cls(launch, log_path, startup_timeout_s=options.startup_timeout_s, limits=options.limits, host=host)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        ServerProcess.stop_all()  # the server on the head first, then the Ray nodes under it
+        stop_all()
+
+    @classmethod
+    def preflight(
+        cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
+        timeout_s: float = checks.REACH_TIMEOUT_S,
+    ) -> None:
+        if cluster is None or not reach:  # a dry run only shows the launch
+            return
+        if cluster_file is not None:
+            checks.require_local_nodes(cluster)
+        checks.require_ray(cluster)
 
     def start(self) -> None:
         self._t0 = time.monotonic()

@@ -16,8 +16,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from autotune.models import DeviceIdentity, GpuIdentity
+from autotune.models import DeviceIdentity, GpuIdentity, HostFingerprint
+
+if TYPE_CHECKING:
+    from autotune.engines.base import Engine
 
 GIB = 1024**3
 _TIMEOUT_S = 60.0
@@ -98,6 +102,21 @@ def detect(timeout_s: float = _TIMEOUT_S) -> DeviceIdentity:
         triton_version=_triton_version(timeout_s),
         nvcc_version=_nvcc_version(),
         notes=notes,
+    )
+
+
+def host_fingerprint(device: DeviceIdentity, engine: Engine) -> HostFingerprint:
+    """What a probe result is valid for: this host's GPU stack and the engine build."""
+    gpu = device.gpus[0] if device.gpus else None
+    return HostFingerprint(
+        hostname=socket.gethostname(),
+        gpu=f"{len(device.gpus)}x {gpu.name}" if gpu else None,
+        compute_capability=gpu.compute_capability if gpu else None,
+        driver=device.driver,
+        cuda=device.cuda_runtime,
+        torch=device.torch_version,
+        engine=engine.name,
+        engine_version=engine.version(),
     )
 
 

@@ -2,7 +2,7 @@
 
 A GPU fault poisons the CUDA context of the process that hit it, and a wedged kernel can hang
 forever, so every probe runs in a fresh process. The probe prints its ProbeResult as one JSON line
-(the last line on stdout, see `emit`). When it dies without one, its stderr is classified with the
+(the last line on stdout, see `probes.emit`). When it dies without one, its stderr is classified with the
 signature table; when it outlives the timeout, the whole process group is killed.
 """
 
@@ -18,22 +18,38 @@ from pathlib import Path
 
 from autotune.errors import ProbeError
 from autotune.models import ProbeResult, Scalar
-from probes.signatures import PROBE_TIMEOUT_MARKER, UNCLASSIFIED, classify
+from autotune.signatures import PROBE_TIMEOUT_MARKER, UNCLASSIFIED, classify
 
 _TAIL_LINES = 20
 _KILL_GRACE_S = 2.0
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def emit(result: ProbeResult) -> None:
-    """Print the result as the last stdout line of a probe process (what the runner parses)."""
-    sys.stdout.write("\n" + result.model_dump_json() + "\n")
-    sys.stdout.flush()
+#: the folder that holds probes/: on PYTHONPATH and the working directory of probe programs
+PROBES_HOME = Path(__file__).resolve().parent.parent
 
 
 def python_module_argv(module: str, *args: str) -> list[str]:
     """argv that runs `python -m module args...` with this interpreter."""
     return [sys.executable, "-m", module, *args]
+
+
+def probe_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus `env`, with the repo root on PYTHONPATH so that
+    `python -m probes...` works from any directory."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PROBES_HOME), full_env.get("PYTHONPATH", "")) if p
+    )
+    return full_env
+
+
+def probe_names(module: str, timeout_s: float = 60.0) -> list[str]:
+    """The probes a probe program offers (`python -m MODULE --list` prints them as JSON)."""
+    try:
+        out = subprocess.run(python_module_argv(module, "--list"), capture_output=True, text=True,
+                             env=probe_env(), cwd=PROBES_HOME, stdin=subprocess.DEVNULL, timeout=timeout_s)
+        names = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        raise ProbeError(f"cannot list the probes of {module}: {exc}") from exc
+    return [str(name) for name in names]
 
 
 def run_probe_subprocess(
@@ -53,10 +69,7 @@ def run_probe_subprocess(
     :param params: knob values the result is about; when None the probe's own params are kept.
     :raises ProbeError: only when the probe cannot be started at all.
     """
-    full_env = {**os.environ, **(env or {})}
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_REPO_ROOT), full_env.get("PYTHONPATH", "")) if p
-    )
+    full_env = probe_env(env)
     started = time.perf_counter()
     try:
         proc = subprocess.Popen(
