@@ -12,20 +12,7 @@
 #   bash scripts/gpu/dummy_moe.sh report   # show + export of every study
 # Then, on any machine: python3 scripts/gpu/dummy_report.py --db runs.db (table + planner held-out error)
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-W=/tmp/autotune; DB=$W/runs.db
-export AUTOTUNE_CACHE=$W/cache   # the generated shape directories (config + tokenizer)
-mkdir -p "$W/logs"
-at="python3 -m autotune"
-save() {
-  cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null
-  COLUMNS=220 $at show --db "$DB" > "$OUT/show.txt" 2>&1
-}
-install() {  # the parts hold stage/install-on-device: join them first (only once)
-  (cd /tmp/gpu-bundle && { [[ -d stage ]] || cat part* | tar x; } && bash stage/install-on-device) \
-    > "$OUT/install.txt" 2>&1 || { cat "$OUT/install.txt"; exit 1; }
-  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-}
+source "$(dirname "$0")/dummy_common.sh"   # PYTHONPATH, $W, $DB, $at, save, install
 study() {  # study SPACE SECONDS MINUTES [--try ...]
   local space=$1 secs=$2 mins=$3; shift 3
   timeout "$secs" $at search --space "$space" --db "$DB" --logs "$W/logs" --confirm-rounds 0 \

@@ -9,21 +9,8 @@
 # Each stage leaves nothing running: tp2 ends by checking that no raylet is left and that neither
 # GPU holds memory (teardown.txt).
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-W=/tmp/autotune; DB=$W/runs.db
-export AUTOTUNE_CACHE=$W/cache
-mkdir -p "$W/logs"
-at="python3 -m autotune"
+source "$(dirname "$0")/dummy_common.sh"   # PYTHONPATH, $W, $DB, $at, save, install
 space=vllm-minimax-m2-12l-dummy
-save() {
-  cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null
-  COLUMNS=220 $at show --db "$DB" > "$OUT/show.txt" 2>&1
-}
-install() {  # the parts hold stage/install-on-device: join them first (only once)
-  (cd /tmp/gpu-bundle && { [[ -d stage ]] || cat part* | tar x; } && bash stage/install-on-device) \
-    > "$OUT/install.txt" 2>&1 || { cat "$OUT/install.txt"; exit 1; }
-  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-}
 teardown_check() {
   { echo "raylets left: $(pgrep -fc 'ray.*raylet' || true)"
     echo "vllm left: $(pgrep -fc 'vllm.entrypoints' || true)"
