@@ -621,6 +621,10 @@ class TrialResult(Record):
     predicted: dict[str, float] = Field(default_factory=dict)
     started_at: str = Field(default_factory=utc_now)
     duration_s: float = 0.0
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds per phase of the trial: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown",
+    )
     log_path: str | None = None
 
     def measurement(self, name: str) -> Measurement | None:

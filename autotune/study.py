@@ -39,6 +39,8 @@ from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
+#: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured table
+TrialLaunch = Callable[[TrialContext, Candidate, int, Callable[[str], None]], TrialResult]
 STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
@@ -186,6 +188,9 @@ class Tuner:
         predict: Callable[[Candidate], dict[str, float]] | None = None,
         reporter: Reporter | None = None,
         budget: TimeBudget | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        storage: optuna.storages.BaseStorage | None = None,
+        launch: TrialLaunch = run_trial,
     ) -> None:
         self.ctx = ctx
         self.store = store
@@ -198,6 +203,9 @@ class Tuner:
         self.predict = predict
         self.reporter = reporter or SilentReporter()
         self.budget = budget or TimeBudget(None)
+        self.sampler = sampler  # None: TPE seeded with `seed` (the study's default)
+        self.storage = storage  # None: Optuna's tables in runs.db
+        self.launch = launch
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
@@ -212,12 +220,12 @@ class Tuner:
 
     def _open(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(
+        sampler = self.sampler or optuna.samplers.TPESampler(
             seed=self.seed, n_startup_trials=min(8, max(2, self.trials // 2))
         )
         return optuna.create_study(
             study_name=self.ctx.study,
-            storage=self.store.optuna_storage(),
+            storage=self.storage or self.store.optuna_storage(),
             direction="maximize",
             sampler=sampler,
             load_if_exists=True,
@@ -377,7 +385,7 @@ class Tuner:
 
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = run_trial(ctx, candidate, trial.number, events)
+                result = self.launch(ctx, candidate, trial.number, events)
             except KeyboardInterrupt:  # not measured: re-run once when the study resumes
                 self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise

@@ -34,6 +34,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
+from autotune.phases import PhaseClock
 from autotune.space import context_tokens, needle_lengths
 
 
@@ -102,7 +103,9 @@ class Measured(BaseModel):
     qeval: QevalReport | None = None
 
 
-async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events: Events) -> Measured:
+async def measure(
+    ctx: TrialContext, candidate: Candidate, base_url: str, events: Events, clock: PhaseClock | None = None
+) -> Measured:
     from autotune.bench import needle, qeval
     from autotune.progress import CountingClient, RequestProgress, workload_requests
 
@@ -114,6 +117,8 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
         events, client = counted.phase, CountingClient(http_client, counted.request_done)
+        if clock is not None:
+            events = clock.listen(events)
         events("warm-up")
         await throughput.warm_up(client, workload)
         before = await _scrape_counters(ctx.engine, base_url)
@@ -147,6 +152,8 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
             out.qeval = await qeval.run_qeval(
                 client, cfg, style=ctx.model.prompt_style, concurrency=cfg.concurrency
             )
+    if clock is not None:
+        clock.stop()
     return out
 
 
@@ -183,16 +190,20 @@ def run_trial(
         limits=ctx.watchdog,
     )
     events("starting engine")
+    clock = PhaseClock()
+    clock.enter("start")
     try:
         with server:
+            clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events))
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()), **common,
+                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    phase_s=clock.ordered(), **common,
                 )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
@@ -206,13 +217,17 @@ def run_trial(
                     failure=failure,
                     duration_s=time.monotonic() - t0,
                     selected=ctx.engine.selected(log),
+                    phase_s=clock.ordered(),
                     **common,
                 )
             log = server.log_text()
             startup = Measurement.of(
                 "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
             )
+            clock.enter("teardown")
+        clock.stop()
     except EngineStartError as exc:
+        clock.stop()
         fallback = "startup_timeout" if exc.timed_out else "startup_crash"
         failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
         if exc.timed_out and failure.failure_class != "startup_timeout":
@@ -223,6 +238,7 @@ def run_trial(
             failure=failure,
             duration_s=time.monotonic() - t0,
             selected=ctx.engine.selected(exc.log_tail),
+            phase_s=clock.ordered(),
             **common,
         )
     objective, score = throughput.objective_value(
@@ -237,5 +253,6 @@ def run_trial(
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,
+        phase_s=clock.ordered(),
         **common,
     )
