@@ -621,6 +621,9 @@ class TrialResult(Record):
     predicted: dict[str, float] = Field(default_factory=dict)
     started_at: str = Field(default_factory=utc_now)
     duration_s: float = 0.0
+    dominated: str | None = Field(
+        None, description="why the gates were skipped: its throughput cannot beat the incumbent within launch noise"
+    )
     phase_s: dict[str, float] = Field(
         default_factory=dict,
         description="seconds per phase of the trial: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown",

@@ -71,10 +71,11 @@ def evaluate_gates(
     if result.status != "ok":
         return []
     outcomes = []
+    skipped = f"skipped, dominated: {result.dominated}" if result.dominated else None
     if accuracy and gates.needle:
-        outcomes.append(needle_gate(result))
+        outcomes.append(unchecked("needle", skipped) if skipped else needle_gate(result))
     if accuracy and gates.qeval:
-        outcomes.append(qeval_outcome(result, reference, gates))
+        outcomes.append(unchecked("qeval", skipped) if skipped else qeval_outcome(result, reference, gates))
     if gates.ttft_ms_max is not None:
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
@@ -112,6 +113,8 @@ def verdict(trial: TrialResult) -> str:
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")
         return f"failed ({cls}): {reason}"
+    if trial.dominated:
+        return f"dominated: {trial.dominated}"
     failed = [g for g in trial.gates if g.status == "fail"]
     if failed:
         return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)

@@ -28,6 +28,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
+from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure
@@ -39,8 +40,9 @@ from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
-#: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured table
-TrialLaunch = Callable[[TrialContext, Candidate, int, Callable[[str], None]], TrialResult]
+#: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured
+#: table; called as launch(ctx, candidate, number, events, dominated=check or None)
+TrialLaunch = Callable[..., TrialResult]
 STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
@@ -191,6 +193,7 @@ class Tuner:
         sampler: optuna.samplers.BaseSampler | None = None,
         storage: optuna.storages.BaseStorage | None = None,
         launch: TrialLaunch = run_trial,
+        skip_dominated: bool = True,
     ) -> None:
         self.ctx = ctx
         self.store = store
@@ -206,6 +209,7 @@ class Tuner:
         self.sampler = sampler  # None: TPE seeded with `seed` (the study's default)
         self.storage = storage  # None: Optuna's tables in runs.db
         self.launch = launch
+        self.skip_dominated = skip_dominated
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
@@ -383,9 +387,10 @@ class Tuner:
                 stage[0] = f"at: {text}"
                 self.reporter.trial_event(text)
 
+            check = self._dominated_check(trial.number)
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = self.launch(ctx, candidate, trial.number, events)
+                result = self.launch(ctx, candidate, trial.number, events, dominated=check)
             except KeyboardInterrupt:  # not measured: re-run once when the study resumes
                 self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise
@@ -410,6 +415,15 @@ class Tuner:
             ranked = rank(done)
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
+
+    def _dominated_check(self, number: int) -> DominatedCheck | None:
+        """The rule that lets trial `number` skip its gates (None: they run): never for the qeval
+        reference, and only against an incumbent that passed its gates."""
+        if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+            return None
+        ranked = rank(self.store.trials(self.ctx.study))
+        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine)
+        return dominated_check(ranked[0] if ranked else None, noise)
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         if result.status != "ok" or result.score is None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
+from autotune.dominated import DominatedCheck
 from autotune.engines.base import Engine
 from autotune.errors import AutotuneError, EngineStartError
 from autotune.launchers.cluster import open_server
@@ -101,10 +102,16 @@ class Measured(BaseModel):
     measurements: list[Measurement] = []
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
+    dominated: str | None = None
 
 
 async def measure(
-    ctx: TrialContext, candidate: Candidate, base_url: str, events: Events, clock: PhaseClock | None = None
+    ctx: TrialContext,
+    candidate: Candidate,
+    base_url: str,
+    events: Events,
+    clock: PhaseClock | None = None,
+    dominated: DominatedCheck | None = None,
 ) -> Measured:
     from autotune.bench import needle, qeval
     from autotune.progress import CountingClient, RequestProgress, workload_requests
@@ -142,11 +149,18 @@ async def measure(
         if any(c > 1 for c in workload.concurrency):
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(client, workload)
-        if ctx.accuracy and ctx.space.gates.needle:
+        if dominated is not None and ctx.accuracy:
+            objective, _ = throughput.objective_value(
+                out.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
+            )
+            out.dominated = dominated(objective)
+            if out.dominated:
+                events(f"dominated: {out.dominated}")
+        if ctx.accuracy and ctx.space.gates.needle and not out.dominated:
             events("needle")
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.accuracy and ctx.space.gates.qeval:
+        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated:
             events("qeval")
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
@@ -163,6 +177,7 @@ def run_trial(
     number: int,
     events: Events = lambda _: None,
     log_name: str | None = None,
+    dominated: DominatedCheck | None = None,
 ) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
@@ -197,7 +212,7 @@ def run_trial(
             clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock))
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
@@ -250,6 +265,7 @@ def run_trial(
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
         qeval=measured.qeval,
+        dominated=measured.dominated,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from autotune import search
 from autotune.hardware import resolve_hardware
 from autotune.models import Candidate, SearchSpace, TrialResult, utc_now
@@ -162,7 +164,7 @@ def export(args: argparse.Namespace) -> None:
     digests: dict[str, list[str]] = {}
     for key, record in accuracy.items():
         digests.setdefault(record["answers_digest"], []).append(key)
-    learned = [dict(r) for r in store.db["failures"].rows()] if "failures" in store.db.table_names() else []
+    learned = [dict(r) for r in store.db["failures"].rows] if "failures" in store.db.table_names() else []
     table = {
         "space": space.model_dump(mode="json"),
         "space_file": args.space_file,
@@ -192,6 +194,42 @@ def export(args: argparse.Namespace) -> None:
           f"{len(neutral_checks)} neutral checks ({sum(c['same_greedy_answers'] for c in neutral_checks)} same)")
 
 
+def slice_table(table: dict, fixed: dict[str, str]) -> dict:
+    """The table restricted to the candidates with the `fixed` knob values (matched as text): the
+    space keeps those knobs with the one value, so every kept candidate keeps its key."""
+    space = SearchSpace.model_validate(table["space"])
+    chosen = {}
+    for knob in space.knobs:
+        if knob.name in fixed:
+            value = next((v for v in knob.values if str(v).lower() == fixed[knob.name].lower()), None)
+            if value is None:
+                raise SystemExit(f"knob {knob.name} has no value {fixed[knob.name]!r}")
+            chosen[knob.name] = value
+    unknown = set(fixed) - set(chosen)
+    if unknown:
+        raise SystemExit(f"no knob {sorted(unknown)[0]!r} in {space.name}")
+    knobs = [k.model_copy(update={"values": [chosen[k.name]], "default": chosen[k.name]}) if k.name in chosen else k
+             for k in space.knobs]
+    sliced = space.model_copy(update={"knobs": knobs, "name": f"{space.name}-slice"})
+    keep = {c.key() for c in enumerate_candidates(sliced)}
+    out = dict(table)
+    out["space"] = sliced.model_dump(mode="json")
+    out["knobs"] = {k.name: list(k.values) for k in knobs}
+    out["candidates"] = [c for c in table["candidates"] if c["key"] in keep]
+    classes = {c["numerics_class"] for c in out["candidates"]}
+    out["accuracy"] = {k: v for k, v in table["accuracy"].items() if k in classes}
+    out["baseline_key"] = baseline(sliced).key()
+    out["sliced_from"] = {"space": space.name, "fixed": fixed}
+    return out
+
+
+def slice_command(args: argparse.Namespace) -> None:
+    fixed = dict(part.split("=", 1) for part in args.fix)
+    table = slice_table(json.loads(Path(args.table).read_text()), fixed)
+    Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {args.out}: {len(table['candidates'])} candidates")
+
+
 def _digest(value: object) -> str:
     import hashlib
 
@@ -215,8 +253,12 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--space-file", default="")
     e.add_argument("--command", default="", help="the measure command, recorded in the table")
     e.add_argument("--load", default="", help="load average seen during the measurement")
+    c = sub.add_parser("slice", help="a table restricted to some knob values (e.g. the tiny table of the CI test)")
+    c.add_argument("table")
+    c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
+    c.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    {"measure": measure, "export": export}[args.cmd](args)
+    {"measure": measure, "export": export, "slice": slice_command}[args.cmd](args)
 
 
 if __name__ == "__main__":
