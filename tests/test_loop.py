@@ -85,6 +85,11 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert base.qeval is not None and base.qeval.total == 8
     assert base.selected["flash_attn"] == "disabled" and base.selected["kv_cache_v"] == "f16"
     assert base.predicted["decode_tps"] > 0  # the planner's figure, kept beside the measured one
+    # where the trial's seconds went (issue 12): every phase it ran, in order, adding up to its wall time
+    assert list(base.phase_s) == ["start", "warm-up", "decode", "prefill", "needle", "qeval", "teardown"]
+    assert abs(base.phase_s["start"] - base.measurement("startup_s").median) < 1.0
+    assert all(v > 0 for k, v in base.phase_s.items() if k != "teardown")
+    assert 0.8 * base.duration_s < sum(base.phase_s.values()) <= base.duration_s
     assert not engine_pids(alias)
 
     # q8_0 V without flash attention cannot create a context: one launch fails, the other is learned
@@ -113,7 +118,9 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert any(line.startswith("qeval:") for line in recipe["accuracy"])
 
     assert main(["show", "--db", str(db), "--study", "loop"]) == 0
-    assert "kv_quant_needs_flash_attn" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "kv_quant_needs_flash_attn" in shown
+    assert "seconds per phase" in shown
 
 
 def test_dry_run_launches_nothing(space, tmp_path, capsys):
