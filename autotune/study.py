@@ -41,7 +41,7 @@ from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
 #: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured
-#: table; called as launch(ctx, candidate, number, events, dominated=check or None)
+#: table; called as launch(ctx, candidate, number, events, dominated=check or None, reuse=trial or None)
 TrialLaunch = Callable[..., TrialResult]
 STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
@@ -388,9 +388,10 @@ class Tuner:
                 self.reporter.trial_event(text)
 
             check = self._dominated_check(trial.number)
+            donor = self._accuracy_donor(candidate, trial.number)
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = self.launch(ctx, candidate, trial.number, events, dominated=check)
+                result = self.launch(ctx, candidate, trial.number, events, dominated=check, reuse=donor)
             except KeyboardInterrupt:  # not measured: re-run once when the study resumes
                 self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise
@@ -424,6 +425,19 @@ class Tuner:
         ranked = rank(self.store.trials(self.ctx.study))
         noise = self.store.launch_noise(self.host_key, self.ctx.space.engine)
         return dominated_check(ranked[0] if ranked else None, noise)
+
+    def _accuracy_donor(self, candidate: Candidate, number: int) -> TrialResult | None:
+        """A trial of this study whose accuracy results `candidate` may reuse: it measured them
+        itself and differs only in knobs the space marks numerics-neutral. Never for the reference."""
+        neutral = {k.name for k in self.ctx.space.knobs if k.numerics_neutral}
+        if not neutral or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+            return None
+        mine = {k: v for k, v in self._knob_values(candidate).items() if k not in neutral}
+        for t in self.store.trials(self.ctx.study):
+            measured = t.status == "ok" and t.accuracy_from is None and (t.needle or t.qeval) and not t.dominated
+            if measured and {k: v for k, v in self._knob_values(t.candidate).items() if k not in neutral} == mine:
+                return t
+        return None
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         if result.status != "ok" or result.score is None:

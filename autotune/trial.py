@@ -103,6 +103,7 @@ class Measured(BaseModel):
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
     dominated: str | None = None
+    accuracy_from: int | None = None
 
 
 async def measure(
@@ -112,6 +113,7 @@ async def measure(
     events: Events,
     clock: PhaseClock | None = None,
     dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
 ) -> Measured:
     from autotune.bench import needle, qeval
     from autotune.progress import CountingClient, RequestProgress, workload_requests
@@ -156,11 +158,14 @@ async def measure(
             out.dominated = dominated(objective)
             if out.dominated:
                 events(f"dominated: {out.dominated}")
-        if ctx.accuracy and ctx.space.gates.needle and not out.dominated:
+        if reuse is not None and ctx.accuracy and not out.dominated:
+            out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
+            events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
+        if ctx.accuracy and ctx.space.gates.needle and not out.dominated and reuse is None:
             events("needle")
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated:
+        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated and reuse is None:
             events("qeval")
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
@@ -178,6 +183,7 @@ def run_trial(
     events: Events = lambda _: None,
     log_name: str | None = None,
     dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
 ) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
@@ -212,7 +218,7 @@ def run_trial(
             clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated))
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
@@ -266,6 +272,7 @@ def run_trial(
         needle=measured.needle,
         qeval=measured.qeval,
         dominated=measured.dominated,
+        accuracy_from=measured.accuracy_from,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,

@@ -112,7 +112,7 @@ class Table:
 
         def replayed(
             ctx: TrialContext, candidate: Candidate, number: int, events: Callable[[str], None],
-            dominated: DominatedCheck | None = None,
+            dominated: DominatedCheck | None = None, reuse: TrialResult | None = None,
         ) -> TrialResult:
             entry = self.entries[candidate.key()]
             if not entry["launches"]:
@@ -124,6 +124,8 @@ class Table:
             why = dominated(result.objective) if dominated and result.status == "ok" and result.objective else None
             if why:  # as run_trial does: throughput measured, gates skipped
                 result = result.model_copy(update={"needle": None, "qeval": None, "dominated": why})
+            elif reuse is not None and result.status == "ok":  # as run_trial does: the donor's accuracy
+                result = result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
             return result
 
         return replayed
@@ -194,6 +196,7 @@ def replay_one(
     space = table.space
     engine = get_engine(space.engine).use_space(space)
     space, rules, layout, _ = launchable(space, engine, table.hardware, 1)
+    workdir.mkdir(parents=True, exist_ok=True)
     store = Store(workdir / f"{strategy}-{seed}-{budget}.db")
     host_key = store.save_host(HostFingerprint(hostname="replay", engine=space.engine, engine_version="replay"))
     name = f"replay-{strategy}-{seed}-{budget}"
