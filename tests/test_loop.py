@@ -37,7 +37,7 @@ model:
 hardware: auto
 fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
-  - {{name: n_threads, values: [1, 2], default: 1}}
+  - {{name: n_threads, values: [1, 2], default: 1, numerics_neutral: true}}
   - {{name: type_v, values: [f16, q8_0], default: f16}}
 workload:
   decode_max_tokens: 32
@@ -102,6 +102,10 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert all(t.status == "skipped" and t.reason.startswith("learned:") for t in q8 if t is not launched[0])
     # every feasible candidate ran once: (1, f16) and (2, f16)
     assert sorted(t.candidate.params["n_threads"] for t in by_status["ok"]) == [1, 2]
+    # n_threads is marked numerics-neutral: (2, f16) reuses the baseline's needle and qeval, asks neither
+    two = next(t for t in by_status["ok"] if t.candidate.params["n_threads"] == 2)
+    assert two.accuracy_from == 0 and two.qeval == base.qeval and two.needle == base.needle
+    assert "needle" not in two.phase_s and "qeval" not in two.phase_s and "decode" in two.phase_s
 
     # resume: the same command finds everything measured and launches nothing new
     assert main(args) == 0
