@@ -12,7 +12,8 @@ that failure.
 
 Strategies: `autotune` (the default: TPE, the planner's three best-predicted candidates queued
 after the baseline), `random` (Optuna RandomSampler), `grid` (grid order), `tpe` (TPE without the
-planner's priors), `gp` (Optuna GPSampler; needs torch). Every strategy starts with the baseline
+planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
+it was before issue 12: the planner's order by prediction alone). Every strategy starts with the baseline
 (the Tuner always runs it first) and is judged the same way: the config the study picks (its best
 ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
@@ -25,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,15 +44,16 @@ from autotune.dominated import DominatedCheck
 from autotune.engines import get_engine
 from autotune.hardware import resolve_hardware
 from autotune.models import Candidate, FailureInfo, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
+from autotune.noise import pooled
 from autotune.planner import estimate, fits_check
 from autotune.score import evaluate_gates
-from autotune.search import launchable
+from autotune.search import launchable, planner_order
 from autotune.space import Pruner, baseline, enumerate_candidates, needle_check, probes_check
 from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp")
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -71,6 +75,30 @@ class Table:
         if not eligible:
             raise ValueError("no candidate of the table ran and passed its gates")
         self.optimum = max(eligible)
+        self.noise = pooled([[l["objective"] for l in e["launches"] if l["status"] == "ok" and l["objective"]]
+                             for e in self.entries.values()])
+        self.tied = self._tied_with_optimum()
+
+    def _tied_with_optimum(self) -> set[str]:
+        """Candidates whose true value the table cannot tell from the optimum's: the gap of their
+        mean log objectives is within two standard errors of the table's own launch noise."""
+        best = max((k for k, v in self.truth.items() if v is not None), key=lambda k: self.truth[k] or 0.0)
+        if self.noise is None:
+            return {best}
+
+        def logs(key: str) -> list[float]:
+            return [math.log(l["objective"]) for l in self.entries[key]["launches"]]
+
+        top = logs(best)
+        tied = set()
+        for key, value in self.truth.items():
+            if value is None:
+                continue
+            mine = logs(key)
+            se = self.noise.sigma * math.sqrt(1 / len(mine) + 1 / len(top))
+            if statistics.fmean(top) - statistics.fmean(mine) <= 2.0 * se:
+                tied.add(key)
+        return tied
 
     @staticmethod
     def _known(entry: dict) -> bool:
@@ -170,6 +198,7 @@ class Replay(BaseModel):
     ratio: float
     launches: int
     pruned: int
+    tied: bool = False  # the pick cannot be told from the optimum within the table's own launch noise
     dominated: int = 0  # launches whose gates were skipped (throughput below the incumbent beyond noise)
 
 
@@ -206,13 +235,16 @@ def replay_one(
     ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir)
     pruner = Pruner([rules, layout, needle_check(space, True), probes_check([]), fits_check(space, table.hardware, 1)])
 
-    def planner_order(candidates: list[Candidate]) -> list[Candidate]:
-        scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
-        return [c for _, c in sorted(scored, key=lambda x: -x[0])]
-
     options: dict = {}
-    if strategy == "autotune":
-        options = {"order": planner_order, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    if strategy == "autotune":  # exactly what `autotune search` gives its Tuner (search._run_owned)
+        options = {"order": planner_order(space, table.hardware, 1),
+                   "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands
+        def plain(candidates: list[Candidate]) -> list[Candidate]:
+            scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
+            return [c for _, c in sorted(scored, key=lambda x: -x[0])]
+
+        options = {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
     elif strategy == "tpe":
         options = {}
     elif strategy == "random":
@@ -237,7 +269,24 @@ def replay_one(
     return Replay(
         strategy=strategy, seed=seed, budget=budget, pick=best.candidate.label() if best else None,
         ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated,
+        tied=best is not None and best.candidate.key() in table.tied,
     )
+
+
+_WORKER_TABLE: Table | None = None
+
+
+def _init_worker(path: Path) -> None:
+    global _WORKER_TABLE
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    _WORKER_TABLE = Table(json.loads(Path(path).read_text()))
+    _WORKER_TABLE.launched_failure_implicates()
+
+
+def _replay_job(job: tuple[str, int, int, str, bool]) -> Replay:
+    strategy, seed, budget, tmp, host_noise = job
+    assert _WORKER_TABLE is not None
+    return replay_one(_WORKER_TABLE, strategy, seed, budget, Path(tmp), host_noise)
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -273,6 +322,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
                 "budget": budget, "budget_share": budget / len(table.grid), "strategy": strategy,
                 "seeds": len(mine), "ratio_median": med, "ratio_q1": q1, "ratio_q3": q3,
                 "reached_097": sum(r.ratio >= 0.97 for r in mine) / len(mine),
+                "tied_with_optimum": sum(r.tied for r in mine) / len(mine),
                 "launches_median": lmed, "launches_q1": l1, "launches_q3": l3,
                 "pruned_median": statistics.median(r.pruned for r in mine),
                 "dominated_mean": statistics.fmean(r.dominated for r in mine),
@@ -293,6 +343,9 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
         "eligible": sum(v is not None for v in table.truth.values()),
         "optimum": table.optimum,
         "optimum_config": best.label(),
+        "launch_noise": table.noise.describe() if table.noise else None,
+        "tied_with_optimum": len(table.tied),
+        "tied_min_ratio": min((table.truth[k] or 0.0) for k in table.tied) / table.optimum,
         "baseline_ratio": (table.truth.get(table.base_key) or 0.0) / table.optimum,
         "rows": rows,
         "goal": {
@@ -307,13 +360,16 @@ def render(summary: dict) -> str:
     lines = [
         f"table {summary['table']}: {summary['grid']} candidates, {summary['eligible']} eligible; optimum "
         f"{summary['optimum']:.2f} ({summary['optimum_config']}); baseline at {summary['baseline_ratio']:.3f}",
-        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'launches [q1, q3]':<18} {'p(autotune>)':>12}",
+        f"launch noise of the table {summary['launch_noise']}; {summary['tied_with_optimum']} candidates cannot be "
+        f"told from the optimum within it (down to {summary['tied_min_ratio']:.3f} of it)",
+        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} {'p(autotune>)':>12}",
     ]
     for r in summary["rows"]:
         p = r["autotune_better_p"]
         lines.append(
             f"{r['budget']:>3} ({r['budget_share']:.0%}) {r['strategy']:<9} "
             f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
+            f"{r['tied_with_optimum']:>5.0%} "
             f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
             f"{'-' if p is None else f'{p:.2g}':>12}"
         )
@@ -330,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="shares of the grid (0.1) or launch counts (5), comma-separated")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes")
     parser.add_argument("--host-noise", action="store_true",
                         help="the replayed host knows its launch noise (from the table), so dominated candidates skip their gates")
     args = parser.parse_args(argv)
@@ -350,12 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"gp left out: {why}")
     budgets = sorted({max(1, round(float(b) * len(table.grid))) if float(b) < 1 else int(b) for b in args.budgets.split(",")})
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    runs: list[Replay] = []
+    jobs = [(s, seed, b) for b in budgets for s in strategies for seed in range(args.seeds)]
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
-        for budget in budgets:
-            for strategy in strategies:
-                for seed in range(args.seeds):
-                    runs.append(replay_one(table, strategy, seed, budget, Path(tmp), args.host_noise))
+        if args.jobs > 1:
+            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
+                runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise) for j in jobs], chunksize=8))
+        else:
+            runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise) for s, seed, b in jobs]
     summary = summarize(table, runs, strategies, budgets)
     summary["notes"] = notes
     summary["seeds"] = args.seeds
