@@ -227,6 +227,7 @@ def replay_one(
     space, rules, layout, _ = launchable(space, engine, table.hardware, 1)
     workdir.mkdir(parents=True, exist_ok=True)
     store = Store(workdir / f"{strategy}-{seed}-{budget}.db")
+    store.db.execute("PRAGMA synchronous=OFF")  # a throw-away runs.db: no need to wait for the disk
     host_key = store.save_host(HostFingerprint(hostname="replay", engine=space.engine, engine_version="replay"))
     name = f"replay-{strategy}-{seed}-{budget}"
     store.save_study(name, space, table.hardware.name, 1, host_key, accuracy=True)
@@ -408,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     budgets = sorted({max(1, round(float(b) * len(table.grid))) if float(b) < 1 else int(b) for b in args.budgets.split(",")})
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     jobs = [(s, seed, b) for b in budgets for s in strategies for seed in range(args.seeds)]
-    with tempfile.TemporaryDirectory(prefix="autotune-replay-") as tmp:
+    memory_fs = "/dev/shm" if Path("/dev/shm").is_dir() else None  # replayed runs.db files are throw-away
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=memory_fs) as tmp:
         if args.jobs > 1:
             with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
                 runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise) for j in jobs], chunksize=8))
