@@ -264,7 +264,8 @@ def replay_one(
     best = outcome.best
     value = table.truth.get(best.candidate.key()) if best else None
     launches = sum(1 for t in outcome.trials if t.status in ("ok", "failed"))
-    pruned = sum(1 for t in outcome.trials if t.status == "skipped")
+    launched = {t.candidate.key() for t in outcome.trials if t.status in ("ok", "failed")}
+    pruned = len({t.candidate.key() for t in outcome.trials if t.status == "skipped"} - launched)  # distinct, never launched
     dominated = sum(1 for t in outcome.trials if t.dominated)
     store.db.close()
     return Replay(
