@@ -53,7 +53,7 @@ from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior")
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -246,6 +246,9 @@ def replay_one(
             return [c for _, c in sorted(scored, key=lambda x: -x[0])]
 
         options = {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "autotune-1-prior":  # the default prior cut to its first candidate: more room for TPE
+        full = planner_order(space, table.hardware, 1)
+        options = {"order": lambda cs: full(cs)[:1], "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
     elif strategy == "tpe":
         options = {}
     elif strategy == "random":
