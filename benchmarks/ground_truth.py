@@ -165,8 +165,10 @@ def export(args: argparse.Namespace) -> None:
     for key, record in accuracy.items():
         digests.setdefault(record["answers_digest"], []).append(key)
     learned = [dict(r) for r in store.db["failures"].rows] if "failures" in store.db.table_names() else []
+    # the model file's path on the measuring machine is not part of the table (the package names the model)
+    portable = space.model_copy(update={"model": space.model.model_copy(update={"path": None})})
     table = {
-        "space": space.model_dump(mode="json"),
+        "space": portable.model_dump(mode="json"),
         "space_file": args.space_file,
         "objective": space.objective.metric,
         "baseline_key": baseline(space).key(),
