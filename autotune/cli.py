@@ -177,6 +177,7 @@ def show(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
     report.print_trials(console, outcome)
+    report.print_phases(console, outcome)
     for attempt in search_lib.open_attempts(store, name):
         console.print(attempt.describe(), markup=False, highlight=False)
     report.print_learned(console, learning.learned_in_study(store, name))

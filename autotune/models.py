@@ -111,6 +111,11 @@ class KnobSpec(Strict):
     default: Scalar = Field(None, description="engine default; None means 'flag left out'")
     kind: Literal["arg", "env"] = "arg"
     restart: bool = Field(True, description="needs an engine relaunch to change")
+    numerics_neutral: bool = Field(
+        False,
+        description="greedy output does not depend on this knob (verified by comparing outputs): a candidate "
+        "that differs from a measured one only in such knobs reuses that one's accuracy results",
+    )
     description: str = ""
 
     @field_validator("values")
@@ -621,6 +626,16 @@ class TrialResult(Record):
     predicted: dict[str, float] = Field(default_factory=dict)
     started_at: str = Field(default_factory=utc_now)
     duration_s: float = 0.0
+    accuracy_from: int | None = Field(
+        None, description="the trial whose needle / qeval results this one reuses (differs only in numerics-neutral knobs)"
+    )
+    dominated: str | None = Field(
+        None, description="why the gates were skipped: its throughput cannot beat the incumbent within launch noise"
+    )
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds per phase of the trial: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown",
+    )
     log_path: str | None = None
 
     def measurement(self, name: str) -> Measurement | None:

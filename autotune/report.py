@@ -279,6 +279,29 @@ def print_trials(console: Console, outcome: StudyOutcome) -> None:
             console.print(f"  {reason}: {count}")
 
 
+def phases_table(outcome: StudyOutcome) -> Table | None:
+    """Seconds per phase of each launched trial (None when no trial recorded its phases)."""
+    from autotune.phases import PHASES
+
+    timed = [t for t in outcome.trials if t.status != "skipped" and t.phase_s]
+    if not timed:
+        return None
+    used = [p for p in PHASES if any(p in t.phase_s for t in timed)]
+    table = Table(title="seconds per phase", caption="start: launch to healthy; teardown: stopping the engine")
+    table.add_column("#", no_wrap=True)
+    for phase in [*used, "total"]:
+        table.add_column(phase, no_wrap=True, justify="right")
+    for t in timed:
+        table.add_row(str(t.number), *(_fmt(t.phase_s.get(p)) if p in t.phase_s else "-" for p in used), _fmt(t.duration_s))
+    return table
+
+
+def print_phases(console: Console, outcome: StudyOutcome) -> None:
+    table = phases_table(outcome)
+    if table is not None:
+        console.print(table)
+
+
 def print_best(console: Console, outcome: StudyOutcome) -> None:
     best, base = outcome.best, outcome.baseline
     noise = outcome.noise

@@ -71,10 +71,16 @@ def evaluate_gates(
     if result.status != "ok":
         return []
     outcomes = []
+    skipped = f"skipped, dominated: {result.dominated}" if result.dominated else None
+    measured = []
     if accuracy and gates.needle:
-        outcomes.append(needle_gate(result))
+        measured.append(unchecked("needle", skipped) if skipped else needle_gate(result))
     if accuracy and gates.qeval:
-        outcomes.append(qeval_outcome(result, reference, gates))
+        measured.append(unchecked("qeval", skipped) if skipped else qeval_outcome(result, reference, gates))
+    if result.accuracy_from is not None and not skipped:
+        note = f" (reused from trial {result.accuracy_from}: differs only in numerics-neutral knobs)"
+        measured = [g.model_copy(update={"detail": f"{g.detail or ''}{note}"}) for g in measured]
+    outcomes.extend(measured)
     if gates.ttft_ms_max is not None:
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
@@ -112,6 +118,8 @@ def verdict(trial: TrialResult) -> str:
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")
         return f"failed ({cls}): {reason}"
+    if trial.dominated:
+        return f"dominated: {trial.dominated}"
     failed = [g for g in trial.gates if g.status == "fail"]
     if failed:
         return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)

@@ -9,6 +9,7 @@ from. `run` owns the study (study_lock) for as long as it launches anything.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -255,12 +256,35 @@ def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:
     return [(c, plan.pruner.reason(c)) for c in enumerate_candidates(plan.space)]
 
 
-def predicted_order(plan: SearchPlan):
+#: predictions closer than this (relative) are ties: below what the roofline planner can tell apart
+PLANNER_TIE = 0.05
+
+
+def planner_order(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Callable[[list[Candidate]], list[Candidate]]:
+    """The planner's prior for the first trials: candidates by predicted decode tok/s, best first.
+    Predictions within PLANNER_TIE of each other are ties (bands of that width down from the best),
+    and among ties the candidate that changes fewer knobs from the baseline comes first: the
+    planner's gain is the same, and each extra untested change is one more way to fail."""
+    base = baseline(space)
+
+    def changes(candidate: Candidate) -> int:
+        return sum(1 for k in space.knobs if candidate.params.get(k.name, candidate.env.get(k.name))
+                   != base.params.get(k.name, base.env.get(k.name)))
+
     def order(candidates: list[Candidate]) -> list[Candidate]:
-        scored = [(estimate(plan.space, c, plan.hardware, plan.nodes).decode_tps, c) for c in candidates]
-        return [c for tps, c in sorted(scored, key=lambda x: -(x[0] or 0.0))]
+        scored = [(estimate(space, c, hardware, nodes).decode_tps or 0.0, c) for c in candidates]
+        top = max((tps for tps, _ in scored), default=0.0)
+
+        def band(tps: float) -> int:
+            return int(math.log(top / tps) / math.log(1 + PLANNER_TIE)) if tps > 0 and top > 0 else 10**6
+
+        return [c for _, c in sorted(scored, key=lambda x: (band(x[0]), changes(x[1])))]
 
     return order
+
+
+def predicted_order(plan: SearchPlan) -> Callable[[list[Candidate]], list[Candidate]]:
+    return planner_order(plan.space, plan.hardware, plan.nodes)
 
 
 def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:

@@ -28,6 +28,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
+from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure
@@ -39,6 +40,9 @@ from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
+#: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured
+#: table; called as launch(ctx, candidate, number, events, dominated=check or None, reuse=trial or None)
+TrialLaunch = Callable[..., TrialResult]
 STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
@@ -186,6 +190,10 @@ class Tuner:
         predict: Callable[[Candidate], dict[str, float]] | None = None,
         reporter: Reporter | None = None,
         budget: TimeBudget | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        storage: optuna.storages.BaseStorage | None = None,
+        launch: TrialLaunch = run_trial,
+        skip_dominated: bool = True,
     ) -> None:
         self.ctx = ctx
         self.store = store
@@ -198,6 +206,10 @@ class Tuner:
         self.predict = predict
         self.reporter = reporter or SilentReporter()
         self.budget = budget or TimeBudget(None)
+        self.sampler = sampler  # None: TPE seeded with `seed` (the study's default)
+        self.storage = storage  # None: Optuna's tables in runs.db
+        self.launch = launch
+        self.skip_dominated = skip_dominated
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
@@ -212,12 +224,12 @@ class Tuner:
 
     def _open(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(
+        sampler = self.sampler or optuna.samplers.TPESampler(
             seed=self.seed, n_startup_trials=min(8, max(2, self.trials // 2))
         )
         return optuna.create_study(
             study_name=self.ctx.study,
-            storage=self.store.optuna_storage(),
+            storage=self.storage or self.store.optuna_storage(),
             direction="maximize",
             sampler=sampler,
             load_if_exists=True,
@@ -375,9 +387,11 @@ class Tuner:
                 stage[0] = f"at: {text}"
                 self.reporter.trial_event(text)
 
+            check = self._dominated_check(trial.number)
+            donor = self._accuracy_donor(candidate, trial.number)
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = run_trial(ctx, candidate, trial.number, events)
+                result = self.launch(ctx, candidate, trial.number, events, dominated=check, reuse=donor)
             except KeyboardInterrupt:  # not measured: re-run once when the study resumes
                 self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise
@@ -402,6 +416,28 @@ class Tuner:
             ranked = rank(done)
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
+
+    def _dominated_check(self, number: int) -> DominatedCheck | None:
+        """The rule that lets trial `number` skip its gates (None: they run): never for the qeval
+        reference, and only against an incumbent that passed its gates."""
+        if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+            return None
+        ranked = rank(self.store.trials(self.ctx.study))
+        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine)
+        return dominated_check(ranked[0] if ranked else None, noise)
+
+    def _accuracy_donor(self, candidate: Candidate, number: int) -> TrialResult | None:
+        """A trial of this study whose accuracy results `candidate` may reuse: it measured them
+        itself and differs only in knobs the space marks numerics-neutral. Never for the reference."""
+        neutral = {k.name for k in self.ctx.space.knobs if k.numerics_neutral}
+        if not neutral or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+            return None
+        mine = {k: v for k, v in self._knob_values(candidate).items() if k not in neutral}
+        for t in self.store.trials(self.ctx.study):
+            measured = t.status == "ok" and t.accuracy_from is None and (t.needle or t.qeval) and not t.dominated
+            if measured and {k: v for k, v in self._knob_values(t.candidate).items() if k not in neutral} == mine:
+                return t
+        return None
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         if result.status != "ok" or result.score is None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
+from autotune.dominated import DominatedCheck
 from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, EngineStartError
 from autotune.launchers import open_server
@@ -33,6 +34,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
+from autotune.phases import PhaseClock
 from autotune.space import context_tokens, needle_lengths
 
 
@@ -98,9 +100,19 @@ class Measured(BaseModel):
     measurements: list[Measurement] = []
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
+    dominated: str | None = None
+    accuracy_from: int | None = None
 
 
-async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events: Events) -> Measured:
+async def measure(
+    ctx: TrialContext,
+    candidate: Candidate,
+    base_url: str,
+    events: Events,
+    clock: PhaseClock | None = None,
+    dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
+) -> Measured:
     from autotune.bench import needle, qeval
     from autotune.progress import CountingClient, RequestProgress, workload_requests
 
@@ -112,6 +124,8 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
         events, client = counted.phase, CountingClient(http_client, counted.request_done)
+        if clock is not None:
+            events = clock.listen(events)
         events("warm-up")
         await throughput.warm_up(client, workload)
         before = await _scrape_counters(ctx.engine, base_url)
@@ -135,16 +149,28 @@ async def measure(ctx: TrialContext, candidate: Candidate, base_url: str, events
         if any(c > 1 for c in workload.concurrency):
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(client, workload)
-        if ctx.accuracy and ctx.space.gates.needle:
+        if dominated is not None and ctx.accuracy:
+            objective, _ = throughput.objective_value(
+                out.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
+            )
+            out.dominated = dominated(objective)
+            if out.dominated:
+                events(f"dominated: {out.dominated}")
+        if reuse is not None and ctx.accuracy and not out.dominated:
+            out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
+            events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
+        if ctx.accuracy and ctx.space.gates.needle and not out.dominated and reuse is None:
             events("needle")
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.accuracy and ctx.space.gates.qeval:
+        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated and reuse is None:
             events("qeval")
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
                 client, cfg, style=ctx.model.prompt_style, concurrency=cfg.concurrency
             )
+    if clock is not None:
+        clock.stop()
     return out
 
 
@@ -154,6 +180,8 @@ def run_trial(
     number: int,
     events: Events = lambda _: None,
     log_name: str | None = None,
+    dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
 ) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
@@ -181,16 +209,20 @@ def run_trial(
         limits=ctx.watchdog,
     )
     events("starting engine")
+    clock = PhaseClock()
+    clock.enter("start")
     try:
         with server:
+            clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events))
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()), **common,
+                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    phase_s=clock.ordered(), **common,
                 )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
@@ -204,13 +236,17 @@ def run_trial(
                     failure=failure,
                     duration_s=time.monotonic() - t0,
                     selected=ctx.engine.selected(log),
+                    phase_s=clock.ordered(),
                     **common,
                 )
             log = server.log_text()
             startup = Measurement.of(
                 "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
             )
+            clock.enter("teardown")
+        clock.stop()
     except EngineStartError as exc:
+        clock.stop()
         fallback = "startup_timeout" if exc.timed_out else "startup_crash"
         failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
         if exc.timed_out and failure.failure_class != "startup_timeout":
@@ -221,6 +257,7 @@ def run_trial(
             failure=failure,
             duration_s=time.monotonic() - t0,
             selected=ctx.engine.selected(exc.log_tail),
+            phase_s=clock.ordered(),
             **common,
         )
     objective, score = throughput.objective_value(
@@ -232,8 +269,11 @@ def run_trial(
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
         qeval=measured.qeval,
+        dominated=measured.dominated,
+        accuracy_from=measured.accuracy_from,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,
+        phase_s=clock.ordered(),
         **common,
     )

@@ -37,7 +37,7 @@ model:
 hardware: auto
 fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
-  - {{name: n_threads, values: [1, 2], default: 1}}
+  - {{name: n_threads, values: [1, 2], default: 1, numerics_neutral: true}}
   - {{name: type_v, values: [f16, q8_0], default: f16}}
 workload:
   decode_max_tokens: 32
@@ -85,6 +85,11 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert base.qeval is not None and base.qeval.total == 8
     assert base.selected["flash_attn"] == "disabled" and base.selected["kv_cache_v"] == "f16"
     assert base.predicted["decode_tps"] > 0  # the planner's figure, kept beside the measured one
+    # where the trial's seconds went (issue 12): every phase it ran, in order, adding up to its wall time
+    assert list(base.phase_s) == ["start", "warm-up", "decode", "prefill", "needle", "qeval", "teardown"]
+    assert abs(base.phase_s["start"] - base.measurement("startup_s").median) < 1.0
+    assert all(v > 0 for k, v in base.phase_s.items() if k != "teardown")
+    assert 0.8 * base.duration_s < sum(base.phase_s.values()) <= base.duration_s
     assert not engine_pids(alias)
 
     # q8_0 V without flash attention cannot create a context: one launch fails, the other is learned
@@ -97,6 +102,10 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert all(t.status == "skipped" and t.reason.startswith("learned:") for t in q8 if t is not launched[0])
     # every feasible candidate ran once: (1, f16) and (2, f16)
     assert sorted(t.candidate.params["n_threads"] for t in by_status["ok"]) == [1, 2]
+    # n_threads is marked numerics-neutral: (2, f16) reuses the baseline's needle and qeval, asks neither
+    two = next(t for t in by_status["ok"] if t.candidate.params["n_threads"] == 2)
+    assert two.accuracy_from == 0 and two.qeval == base.qeval and two.needle == base.needle
+    assert "needle" not in two.phase_s and "qeval" not in two.phase_s and "decode" in two.phase_s
 
     # resume: the same command finds everything measured and launches nothing new
     assert main(args) == 0
@@ -113,7 +122,9 @@ def test_study_resume_and_export(space, tmp_path, capsys):
     assert any(line.startswith("qeval:") for line in recipe["accuracy"])
 
     assert main(["show", "--db", str(db), "--study", "loop"]) == 0
-    assert "kv_quant_needs_flash_attn" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "kv_quant_needs_flash_attn" in shown
+    assert "seconds per phase" in shown
 
 
 def test_dry_run_launches_nothing(space, tmp_path, capsys):

@@ -1,0 +1,268 @@
+"""Ground truth of a search space: every candidate measured, in grid order, as resumable studies.
+
+    python benchmarks/ground_truth.py measure --space benchmarks/spaces/llamacpp-gemma3-270m-gt48.yaml \
+        --db benchmarks/gt/runs.db --launches 2
+    python benchmarks/ground_truth.py export --db benchmarks/gt/runs.db --out benchmarks/data/FILE.json
+
+`measure` runs the study machinery itself (autotune.search `prepare` / `run`): one throughput-only
+study per launch repeat (`<space>-launch1`, `-launch2`, ...), each with the whole grid queued in
+grid order, and one accuracy study (`<space>-accuracy`, gates on) over one candidate per numerics
+class plus the `--neutral-checks` candidates that differ from a measured one only in a knob
+assumed numerics-neutral (n_threads), so the export can check that assumption against the
+greedy answers. The studies advance together one candidate at a time, so launch repeats are
+spread over the sitting and an interrupted run resumes where it stopped (re-run the command).
+
+`export` turns the studies into the table (benchmarks/data/*.json) that benchmarks/search_quality.py
+replays: per candidate its launches (status, objective, score, failure), its numerics class and
+that class's accuracy evidence, and the conditions (date, machine, command, load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotune import search
+from autotune.device import detect
+from autotune.hardware import resolve_hardware
+from autotune.models import Candidate, SearchSpace, TrialResult, utc_now
+from autotune.space import baseline, enumerate_candidates, load_space
+from autotune.store import Store
+
+#: knobs whose values change the engine's arithmetic (hence greedy output) on llama.cpp
+NUMERICS_KNOBS = ("type_k", "type_v", "flash_attn", "draft_k")
+#: knobs assumed to leave greedy output unchanged; checked by `--neutral-checks`
+NEUTRAL_KNOBS = ("n_threads",)
+
+
+def numerics_key(space: SearchSpace, candidate: Candidate) -> str:
+    values = {k.name: candidate.params.get(k.name) for k in space.knobs if k.name not in NEUTRAL_KNOBS}
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def accuracy_candidates(space: SearchSpace, grid: list[Candidate], neutral_checks: int) -> list[Candidate]:
+    """One candidate per numerics class (the first in grid order: neutral knobs at their first
+    value), then `neutral_checks` candidates that differ from one of those only in neutral knobs."""
+    reps: dict[str, Candidate] = {}
+    others: list[Candidate] = []
+    for candidate in grid:
+        key = numerics_key(space, candidate)
+        if key not in reps:
+            reps[key] = candidate
+        else:
+            others.append(candidate)
+    # spread the checks over the classes: every len(others)//n-th one
+    step = max(1, len(others) // max(1, neutral_checks))
+    checks = others[::step][:neutral_checks]
+    return [*reps.values(), *checks]
+
+
+def study_names(space: SearchSpace, launches: int) -> tuple[list[str], str]:
+    return [f"{space.name}-launch{i + 1}" for i in range(launches)], f"{space.name}-accuracy"
+
+
+def measure(args: argparse.Namespace) -> None:
+    space = load_space(args.space)
+    grid = list(enumerate_candidates(space))
+    launch_names, accuracy_name = study_names(space, args.launches)
+
+    def plan_for(name: str, accuracy: bool, first: list[Candidate]) -> search.SearchPlan:
+        plan = search.prepare(
+            space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=None,
+            nodes=None, accuracy=accuracy, logs_dir=args.logs,
+        )
+        return plan.model_copy(update={"first": first})
+
+    accuracy_grid = accuracy_candidates(space, grid, args.neutral_checks) if not args.no_accuracy else []
+    # an accuracy trial measures throughput with the same workload first: it is one of its
+    # candidate's launches, so the last launch study leaves those candidates out
+    measured_with_accuracy = {c.key() for c in accuracy_grid}
+    queues = [grid] * (args.launches - 1) + [[c for c in grid if c.key() not in measured_with_accuracy]]
+    plans = [(plan_for(n, False, q), q) for n, q in zip(launch_names, queues)]
+    if not args.no_accuracy:
+        plans.append((plan_for(accuracy_name, True, accuracy_grid), accuracy_grid))
+    print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
+    for k in range(1, len(grid) + 1):
+        upto = {c.key() for c in grid[:k]}
+        for plan, queue in plans:
+            assert plan.store is not None
+            trials = plan.store.trials(plan.study)
+            done = {t.candidate.key() for t in trials}
+            missing = [c for c in queue if c.key() in upto and c.key() not in done]
+            if not missing:
+                continue
+            launched = sum(1 for t in trials if t.status in ("ok", "failed"))
+            t0 = time.monotonic()
+            outcome = search.run(plan, trials=launched + len(missing), seed=0, noise_relaunches=0)
+            last = outcome.trials[-1] if outcome.trials else None
+            status = f"{last.status} {last.objective or last.reason or ''}" if last else "-"
+            print(f"{utc_now()} {plan.study} k={k} load={os.getloadavg()[0]:.2f} "
+                  f"{time.monotonic() - t0:.0f}s last: {status}", flush=True)
+
+
+def _launch_record(t: TrialResult) -> dict:
+    phases = {m.name: m.median for m in t.measurements}
+    return {
+        "study": t.study,
+        "trial": t.number,
+        "status": t.status,
+        "objective": t.objective,
+        "score": t.score,
+        "reason": t.reason,
+        "failure": t.failure.model_dump(mode="json") if t.failure else None,
+        "duration_s": t.duration_s,
+        "started_at": t.started_at,
+        "medians": phases,
+        "result": t.model_dump(mode="json", exclude={"launch", "log_path"}),
+    }
+
+
+def export(args: argparse.Namespace) -> None:
+    store = Store(args.db, must_exist=True)
+    row = next((s for s in store.studies() if s["name"].endswith("-launch1")), None)
+    if row is None:
+        sys.exit(f"{args.db} holds no ground-truth study (*-launch1)")
+    space = SearchSpace.model_validate_json(store.study(row["name"])["space"])
+    launch_names = sorted(s["name"] for s in store.studies() if s["name"].startswith(f"{space.name}-launch"))
+    accuracy_name = f"{space.name}-accuracy"
+    grid = list(enumerate_candidates(space))
+    by_key: dict[str, dict] = {c.key(): {"params": dict(c.params), "env": dict(c.env), "launches": [], "skipped": []} for c in grid}
+    for name in launch_names:
+        for t in store.trials(name):
+            entry = by_key.get(t.candidate.key())
+            if entry is None:
+                continue
+            if t.status == "skipped":
+                entry["skipped"].append({"study": name, "reason": t.reason})
+            else:
+                entry["launches"].append(_launch_record(t))
+    accuracy: dict[str, dict] = {}
+    neutral_checks: list[dict] = []
+    acc_trials = [t for t in store.trials(accuracy_name) if t.status == "ok"]
+    for t in acc_trials:
+        key = numerics_key(space, t.candidate)
+        answers = {"qeval": t.qeval.answers if t.qeval else None,
+                   "needle": [c.model_dump(mode="json") for c in t.needle.cases] if t.needle else None}
+        record = {"trial": t.number, "params": dict(t.candidate.params),
+                  "needle": t.needle.model_dump(mode="json") if t.needle else None,
+                  "qeval": t.qeval.model_dump(mode="json") if t.qeval else None,
+                  "answers_digest": _digest(answers)}
+        if key not in accuracy:
+            accuracy[key] = record
+        else:
+            same = accuracy[key]["answers_digest"] == record["answers_digest"]
+            neutral_checks.append({"class": key, "trial": t.number, "reference_trial": accuracy[key]["trial"],
+                                   "params": dict(t.candidate.params), "same_greedy_answers": same})
+        by_key[t.candidate.key()]["launches"].append({**_launch_record(t), "with_accuracy": True})
+    # greedy answers per numerics class: which classes answer alike (does a numerics knob matter?)
+    digests: dict[str, list[str]] = {}
+    for key, record in accuracy.items():
+        digests.setdefault(record["answers_digest"], []).append(key)
+    learned = [dict(r) for r in store.db["failures"].rows] if "failures" in store.db.table_names() else []
+    # the model file's path on the measuring machine is not part of the table (the package names the model)
+    portable = space.model_copy(update={"model": space.model.model_copy(update={"path": None})})
+    table = {
+        "space": portable.model_dump(mode="json"),
+        "space_file": args.space_file,
+        "objective": space.objective.metric,
+        "baseline_key": baseline(space).key(),
+        "knobs": {k.name: list(k.values) for k in space.knobs},
+        "neutral_knobs": list(NEUTRAL_KNOBS),
+        "hardware": resolve_hardware(space.hardware, detect()).model_dump(mode="json"),
+        "candidates": [{"key": key, **entry, "numerics_class": numerics_key(space, Candidate.model_validate({"engine": space.engine, "params": entry["params"], "env": entry["env"]}))} for key, entry in by_key.items()],
+        "accuracy": accuracy,
+        "neutral_checks": neutral_checks,
+        "answer_groups": list(digests.values()),
+        "learned_failures": [{k: r.get(k) for k in ("knob_values", "failure_class", "study", "trial")} for r in learned],
+        "conditions": {
+            "exported_at": utc_now(),
+            "first_trial_at": min((l["started_at"] for e in by_key.values() for l in e["launches"] if l["started_at"]), default=None),
+            "last_trial_at": max((l["started_at"] for e in by_key.values() for l in e["launches"] if l["started_at"]), default=None),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+            "command": args.command or "",
+            "load_average": args.load or "",
+            "engine_version": next((l["result"].get("engine_version") for e in by_key.values() for l in e["launches"]), None),
+        },
+    }
+    Path(args.out).write_text(json.dumps(table, indent=1, sort_keys=False) + "\n")
+    ok = sum(1 for e in by_key.values() if any(l["status"] == "ok" for l in e["launches"]))
+    print(f"wrote {args.out}: {len(by_key)} candidates, {ok} with an ok launch, {len(accuracy)} accuracy classes, "
+          f"{len(neutral_checks)} neutral checks ({sum(c['same_greedy_answers'] for c in neutral_checks)} same)")
+
+
+def slice_table(table: dict, fixed: dict[str, str]) -> dict:
+    """The table restricted to the candidates with the `fixed` knob values (matched as text): the
+    space keeps those knobs with the one value, so every kept candidate keeps its key."""
+    space = SearchSpace.model_validate(table["space"])
+    chosen = {}
+    for knob in space.knobs:
+        if knob.name in fixed:
+            value = next((v for v in knob.values if str(v).lower() == fixed[knob.name].lower()), None)
+            if value is None:
+                raise SystemExit(f"knob {knob.name} has no value {fixed[knob.name]!r}")
+            chosen[knob.name] = value
+    unknown = set(fixed) - set(chosen)
+    if unknown:
+        raise SystemExit(f"no knob {sorted(unknown)[0]!r} in {space.name}")
+    knobs = [k.model_copy(update={"values": [chosen[k.name]], "default": chosen[k.name]}) if k.name in chosen else k
+             for k in space.knobs]
+    sliced = space.model_copy(update={"knobs": knobs, "name": f"{space.name}-slice"})
+    keep = {c.key() for c in enumerate_candidates(sliced)}
+    out = dict(table)
+    out["space"] = sliced.model_dump(mode="json")
+    out["knobs"] = {k.name: list(k.values) for k in knobs}
+    out["candidates"] = [c for c in table["candidates"] if c["key"] in keep]
+    classes = {c["numerics_class"] for c in out["candidates"]}
+    out["accuracy"] = {k: v for k, v in table["accuracy"].items() if k in classes}
+    out["baseline_key"] = baseline(sliced).key()
+    out["sliced_from"] = {"space": space.name, "fixed": fixed}
+    return out
+
+
+def slice_command(args: argparse.Namespace) -> None:
+    fixed = dict(part.split("=", 1) for part in args.fix)
+    table = slice_table(json.loads(Path(args.table).read_text()), fixed)
+    Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {args.out}: {len(table['candidates'])} candidates")
+
+
+def _digest(value: object) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="measure the grid (resumable: re-run to continue)")
+    m.add_argument("--space", required=True)
+    m.add_argument("--db", type=Path, required=True)
+    m.add_argument("--logs", type=Path, default=Path("benchmarks/gt/logs"))
+    m.add_argument("--model", default=None)
+    m.add_argument("--launches", type=int, default=2)
+    m.add_argument("--neutral-checks", type=int, default=3)
+    m.add_argument("--no-accuracy", action="store_true")
+    e = sub.add_parser("export", help="write the table")
+    e.add_argument("--db", type=Path, required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--space-file", default="")
+    e.add_argument("--command", default="", help="the measure command, recorded in the table")
+    e.add_argument("--load", default="", help="load average seen during the measurement")
+    c = sub.add_parser("slice", help="a table restricted to some knob values (e.g. the tiny table of the CI test)")
+    c.add_argument("table")
+    c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
+    c.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    {"measure": measure, "export": export, "slice": slice_command}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+"""Does the search earn its keep? Replay the study's own code against a measured ground-truth table.
+
+    python benchmarks/search_quality.py benchmarks/data/gt-llamacpp-gemma3-270m-cpu.json [--seeds 100] [--json]
+
+Each replayed study is autotune's own `Tuner` (sampler, planner priors for the first trials,
+pruning, learned failures, noise-aware ranking, gates) on a fresh runs.db; only the trial's
+measurement is replaced (`Tuner(launch=...)`): a "launch" of a candidate draws one of the table's
+stored launches of it (seeded by the replay seed and the candidate, so every strategy draws the
+same launch for the same candidate and seed: the comparison is paired), with its numerics class's
+measured accuracy. A candidate the table only knows as ruled out by a learned failure replays as
+that failure.
+
+Strategies: `autotune` (the default: TPE, the planner's three best-predicted candidates queued
+after the baseline), `random` (Optuna RandomSampler), `grid` (grid order), `tpe` (TPE without the
+planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
+it was before issue 12: the planner's order by prediction alone). Every strategy starts with the baseline
+(the Tuner always runs it first) and is judged the same way: the config the study picks (its best
+ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
+the table rules out counts 0), divided by the grid optimum (the best true value among candidates
+whose gates pass). Launches spent: finished trials, failed ones included; pruned ones are not
+launches. Autotune's default is compared with each other strategy over the same seeds with a
+one-sided paired Wilcoxon signed-rank test (scipy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import optuna
+from pydantic import BaseModel, ConfigDict
+
+from autotune.dominated import DominatedCheck
+from autotune.engines import get_engine
+from autotune.hardware import resolve_hardware
+from autotune.models import Candidate, FailureInfo, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
+from autotune.noise import pooled
+from autotune.planner import estimate, fits_check
+from autotune.score import evaluate_gates
+from autotune.search import launchable, planner_order
+from autotune.space import Pruner, baseline, enumerate_candidates, needle_check, probes_check
+from autotune.store import Store
+from autotune.study import SilentReporter, Tuner
+from autotune.trial import TrialContext
+
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior")
+BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
+
+
+class Table:
+    """A ground-truth table (benchmarks/ground_truth.py export) and its true values."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+        self.space = SearchSpace.model_validate(data["space"])
+        self.hardware = HardwareProfile.model_validate(data["hardware"]) if data.get("hardware") else resolve_hardware("cpu", None)
+        self.entries = {e["key"]: e for e in data["candidates"]}
+        self.grid = list(enumerate_candidates(self.space))
+        missing = [c.label() for c in self.grid if c.key() not in self.entries or not self._known(self.entries[c.key()])]
+        if missing:
+            raise ValueError(f"the table does not cover {len(missing)} of {len(self.grid)} candidates, e.g. {missing[0]}")
+        self.base_key = baseline(self.space).key()
+        self.truth = {c.key(): self._true_value(c) for c in self.grid}
+        eligible = [v for v in self.truth.values() if v is not None]
+        if not eligible:
+            raise ValueError("no candidate of the table ran and passed its gates")
+        self.optimum = max(eligible)
+        self.noise = pooled([[l["objective"] for l in e["launches"] if l["status"] == "ok" and l["objective"]]
+                             for e in self.entries.values()])
+        self.tied = self._tied_with_optimum()
+
+    def _tied_with_optimum(self) -> set[str]:
+        """Candidates whose true value the table cannot tell from the optimum's: the gap of their
+        mean log objectives is within two standard errors of the table's own launch noise."""
+        best = max((k for k, v in self.truth.items() if v is not None), key=lambda k: self.truth[k] or 0.0)
+        if self.noise is None:
+            return {best}
+
+        def logs(key: str) -> list[float]:
+            return [math.log(l["objective"]) for l in self.entries[key]["launches"]]
+
+        top = logs(best)
+        tied = set()
+        for key, value in self.truth.items():
+            if value is None:
+                continue
+            mine = logs(key)
+            se = self.noise.sigma * math.sqrt(1 / len(mine) + 1 / len(top))
+            if statistics.fmean(top) - statistics.fmean(mine) <= 2.0 * se:
+                tied.add(key)
+        return tied
+
+    @staticmethod
+    def _known(entry: dict) -> bool:
+        return bool(entry["launches"]) or any((s.get("reason") or "").startswith("learned:") for s in entry["skipped"])
+
+    def accuracy_of(self, candidate: Candidate) -> tuple[NeedleReport | None, QevalReport | None]:
+        record = self.data["accuracy"].get(self.entries[candidate.key()]["numerics_class"])
+        if record is None:
+            return None, None
+        needle = NeedleReport.model_validate(record["needle"]) if record["needle"] else None
+        qeval = QevalReport.model_validate(record["qeval"]) if record["qeval"] else None
+        return needle, qeval
+
+    def with_accuracy(self, result: TrialResult) -> TrialResult:
+        if result.status != "ok":
+            return result
+        needle, qeval = self.accuracy_of(result.candidate)
+        return result.model_copy(update={"needle": needle, "qeval": qeval, "gates": []})
+
+    def _reference(self) -> TrialResult:
+        base = next(c for c in self.grid if c.key() == self.base_key)
+        ok = next(l for l in self.entries[self.base_key]["launches"] if l["status"] == "ok")
+        stored = TrialResult.model_validate(ok["result"]).model_copy(update={"number": 0, "candidate": base})
+        return self.with_accuracy(stored)
+
+    def _true_value(self, candidate: Candidate) -> float | None:
+        """Mean objective over the candidate's launches, when every launch ran and its gates pass."""
+        launches = self.entries[candidate.key()]["launches"]
+        if not launches or any(l["status"] != "ok" for l in launches):
+            return None
+        probe = self.with_accuracy(TrialResult.model_validate(launches[0]["result"]).model_copy(update={"number": 1, "candidate": candidate}))
+        gates = evaluate_gates(probe, self._reference(), self.space.gates, accuracy=True)
+        if not gates or not all(g.passed for g in gates):
+            return None
+        return statistics.fmean(l["objective"] for l in launches)
+
+    def launch(self, seed: int) -> Callable[[TrialContext, Candidate, int, Callable[[str], None]], TrialResult]:
+        """The stand-in for run_trial: one stored launch of the candidate, drawn by (seed, candidate)."""
+
+        def replayed(
+            ctx: TrialContext, candidate: Candidate, number: int, events: Callable[[str], None],
+            dominated: DominatedCheck | None = None, reuse: TrialResult | None = None,
+        ) -> TrialResult:
+            entry = self.entries[candidate.key()]
+            if not entry["launches"]:
+                return self._learned_failure(ctx.study, number, candidate, entry)
+            drawn = random.Random(f"{seed}:{candidate.key()}").choice(entry["launches"])
+            stored = TrialResult.model_validate(drawn["result"])
+            result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
+            result = self.with_accuracy(result)
+            why = dominated(result.objective) if dominated and result.status == "ok" and result.objective else None
+            if why:  # as run_trial does: throughput measured, gates skipped
+                result = result.model_copy(update={"needle": None, "qeval": None, "dominated": why})
+            elif reuse is not None and result.status == "ok":  # as run_trial does: the donor's accuracy
+                result = result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
+            return result
+
+        return replayed
+
+    def _learned_failure(self, study: str, number: int, candidate: Candidate, entry: dict) -> TrialResult:
+        reason = next(s["reason"] for s in entry["skipped"] if (s.get("reason") or "").startswith("learned:"))
+        rule = self._rule_for(candidate)
+        failure = FailureInfo(
+            failure_class=rule["failure_class"] if rule else "startup_crash",
+            message=f"replayed from the table: {reason}",
+            implicates=sorted(json.loads(rule["knob_values"])) if rule else [],
+        )
+        return TrialResult(study=study, number=number, candidate=candidate, status="failed", reason=failure.message, failure=failure)
+
+    def _rule_for(self, candidate: Candidate) -> dict | None:
+        for rule in self.data.get("learned_failures", []):
+            values = json.loads(rule["knob_values"])
+            if all(candidate.params.get(k) == v for k, v in values.items()):
+                return rule
+        return None
+
+    def launched_failure_implicates(self) -> None:
+        """Failures the table recorded without implicated knobs were explained by isolation during
+        the measurement; the replay gives them the learned rule's knobs, so it never launches."""
+        for entry in self.entries.values():
+            for launch in entry["launches"]:
+                failure = launch["result"].get("failure")
+                if launch["status"] == "failed" and failure and not failure.get("implicates"):
+                    cand = Candidate.model_validate({"engine": self.space.engine, "params": entry["params"], "env": entry["env"]})
+                    rule = self._rule_for(cand)
+                    if rule:
+                        failure["implicates"] = sorted(json.loads(rule["knob_values"]))
+
+
+class Replay(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str
+    seed: int
+    budget: int
+    pick: str | None
+    ratio: float
+    launches: int
+    pruned: int
+    tied: bool = False  # the pick cannot be told from the optimum within the table's own launch noise
+    dominated: int = 0  # launches whose gates were skipped (throughput below the incumbent beyond noise)
+
+
+def gp_available() -> str | None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "Optuna's GPSampler needs torch, which this venv does not have"
+    return None
+
+
+def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
+    """Give the replay's host the launch-to-launch noise the table measured (every candidate
+    launched more than once), as a host autotune has run on before would have in runs.db."""
+    for entry in table.entries.values():
+        candidate = Candidate.model_validate({"engine": table.space.engine, "params": entry["params"], "env": entry["env"]})
+        for i, launch in enumerate(l for l in entry["launches"] if l["status"] == "ok" and l["objective"]):
+            store.add_launch_sample(host_key, table.space.engine, "ground-truth", candidate, launch["objective"], "table", i)
+
+
+def replay_one(
+    table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False
+) -> Replay:
+    space = table.space
+    engine = get_engine(space.engine).use_space(space)
+    space, rules, layout, _ = launchable(space, engine, table.hardware, 1)
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = Store(workdir / f"{strategy}-{seed}-{budget}.db")
+    store.db.execute("PRAGMA synchronous=OFF")  # a throw-away runs.db: no need to wait for the disk
+    host_key = store.save_host(HostFingerprint(hostname="replay", engine=space.engine, engine_version="replay"))
+    name = f"replay-{strategy}-{seed}-{budget}"
+    store.save_study(name, space, table.hardware.name, 1, host_key, accuracy=True)
+    if host_noise:
+        seed_host_noise(table, store, host_key)
+    ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir)
+    pruner = Pruner([rules, layout, needle_check(space, True), probes_check([]), fits_check(space, table.hardware, 1)])
+
+    options: dict = {}
+    if strategy == "autotune":  # exactly what `autotune search` gives its Tuner (search._run_owned)
+        options = {"order": planner_order(space, table.hardware, 1),
+                   "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands
+        def plain(candidates: list[Candidate]) -> list[Candidate]:
+            scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
+            return [c for _, c in sorted(scored, key=lambda x: -x[0])]
+
+        options = {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "autotune-1-prior":  # the default prior cut to its first candidate: more room for TPE
+        full = planner_order(space, table.hardware, 1)
+        options = {"order": lambda cs: full(cs)[:1], "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "tpe":
+        options = {}
+    elif strategy == "random":
+        options = {"sampler": optuna.samplers.RandomSampler(seed=seed)}
+    elif strategy == "grid":
+        options = {"first": table.grid, "sampler": optuna.samplers.RandomSampler(seed=seed)}
+    elif strategy == "gp":
+        options = {"sampler": optuna.samplers.GPSampler(seed=seed)}
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    tuner = Tuner(
+        ctx, store, pruner, host_key, trials=budget, seed=seed, reporter=SilentReporter(),
+        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), **options,
+    )
+    outcome = tuner.run()
+    best = outcome.best
+    value = table.truth.get(best.candidate.key()) if best else None
+    launches = sum(1 for t in outcome.trials if t.status in ("ok", "failed"))
+    launched = {t.candidate.key() for t in outcome.trials if t.status in ("ok", "failed")}
+    pruned = len({t.candidate.key() for t in outcome.trials if t.status == "skipped"} - launched)  # distinct, never launched
+    dominated = sum(1 for t in outcome.trials if t.dominated)
+    store.db.close()
+    return Replay(
+        strategy=strategy, seed=seed, budget=budget, pick=best.candidate.label() if best else None,
+        ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated,
+        tied=best is not None and best.candidate.key() in table.tied,
+    )
+
+
+_WORKER_TABLE: Table | None = None
+
+
+def _init_worker(path: Path) -> None:
+    global _WORKER_TABLE
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    _WORKER_TABLE = Table(json.loads(Path(path).read_text()))
+    _WORKER_TABLE.launched_failure_implicates()
+
+
+def _replay_job(job: tuple[str, int, int, str, bool]) -> Replay:
+    strategy, seed, budget, tmp, host_noise = job
+    assert _WORKER_TABLE is not None
+    return replay_one(_WORKER_TABLE, strategy, seed, budget, Path(tmp), host_noise)
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def wilcoxon_greater(a: list[float], b: list[float]) -> float | None:
+    """One-sided paired Wilcoxon p-value that a > b (None: every pair tied)."""
+    from scipy.stats import wilcoxon
+
+    if all(x == y for x, y in zip(a, b)):
+        return None
+    return float(wilcoxon(a, b, alternative="greater", zero_method="wilcox").pvalue)
+
+
+def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: list[int]) -> dict:
+    rows = []
+    for budget in budgets:
+        default = sorted((r for r in runs if r.strategy == "autotune" and r.budget == budget), key=lambda r: r.seed)
+        for strategy in strategies:
+            mine = sorted((r for r in runs if r.strategy == strategy and r.budget == budget), key=lambda r: r.seed)
+            if not mine:
+                continue
+            q1, med, q3 = quartiles([r.ratio for r in mine])
+            l1, lmed, l3 = quartiles([float(r.launches) for r in mine])
+            p = None
+            if strategy != "autotune" and len(default) == len(mine):
+                p = wilcoxon_greater([r.ratio for r in default], [r.ratio for r in mine])
+            rows.append({
+                "budget": budget, "budget_share": budget / len(table.grid), "strategy": strategy,
+                "seeds": len(mine), "ratio_median": med, "ratio_q1": q1, "ratio_q3": q3,
+                "reached_097": sum(r.ratio >= 0.97 for r in mine) / len(mine),
+                "tied_with_optimum": sum(r.tied for r in mine) / len(mine),
+                "launches_median": lmed, "launches_q1": l1, "launches_q3": l3,
+                "pruned_median": statistics.median(r.pruned for r in mine),
+                "dominated_mean": statistics.fmean(r.dominated for r in mine),
+                "autotune_better_p": p,
+            })
+    goal = [
+        r for r in rows
+        if r["strategy"] == "autotune" and r["budget_share"] <= 0.25 + 1e-9 and r["ratio_median"] >= 0.97
+        and r["launches_median"] <= 0.25 * len(table.grid)
+    ]
+    beats_random = {r["budget"]: r["autotune_better_p"] for r in rows if r["strategy"] == "random"}
+    met = [r for r in goal if (beats_random.get(r["budget"]) or 1.0) < 0.01]
+    best_key = max((k for k, v in table.truth.items() if v is not None), key=lambda k: table.truth[k] or 0.0)
+    best = next(c for c in table.grid if c.key() == best_key)
+    return {
+        "table": table.data.get("space_file") or table.space.name,
+        "grid": len(table.grid),
+        "eligible": sum(v is not None for v in table.truth.values()),
+        "optimum": table.optimum,
+        "optimum_config": best.label(),
+        "launch_noise": table.noise.describe() if table.noise else None,
+        "tied_with_optimum": len(table.tied),
+        "tied_min_ratio": min((table.truth[k] or 0.0) for k in table.tied) / table.optimum,
+        "baseline_ratio": (table.truth.get(table.base_key) or 0.0) / table.optimum,
+        "rows": rows,
+        "goal": {
+            "text": ">= 0.97 of the optimum in median within <= 25 % of the grid's launches, and beats random (Wilcoxon p < 0.01)",
+            "met": bool(met),
+            "met_at_budgets": [r["budget"] for r in met],
+        },
+    }
+
+
+def render(summary: dict) -> str:
+    lines = [
+        f"table {summary['table']}: {summary['grid']} candidates, {summary['eligible']} eligible; optimum "
+        f"{summary['optimum']:.2f} ({summary['optimum_config']}); baseline at {summary['baseline_ratio']:.3f}",
+        f"launch noise of the table {summary['launch_noise']}; {summary['tied_with_optimum']} candidates cannot be "
+        f"told from the optimum within it (down to {summary['tied_min_ratio']:.3f} of it)",
+        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} {'p(autotune>)':>12}",
+    ]
+    for r in summary["rows"]:
+        p = r["autotune_better_p"]
+        lines.append(
+            f"{r['budget']:>3} ({r['budget_share']:.0%}) {r['strategy']:<9} "
+            f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
+            f"{r['tied_with_optimum']:>5.0%} "
+            f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
+            f"{'-' if p is None else f'{p:.2g}':>12}"
+        )
+    goal = summary["goal"]
+    lines.append(f"goal ({goal['text']}): {'met at budgets ' + str(goal['met_at_budgets']) if goal['met'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", type=Path)
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--budgets", default=",".join(str(f) for f in BUDGET_FRACTIONS),
+                        help="shares of the grid (0.1) or launch counts (5), comma-separated")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes")
+    parser.add_argument("--host-noise", action="store_true",
+                        help="the replayed host knows its launch noise (from the table), so dominated candidates skip their gates")
+    args = parser.parse_args(argv)
+    try:
+        table = Table(json.loads(args.table.read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {args.table}: {exc}", file=sys.stderr)
+        return 2
+    table.launched_failure_implicates()
+    strategies = [s for s in args.strategies.split(",") if s]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        print(f"error: unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}", file=sys.stderr)
+        return 2
+    notes = []
+    if "gp" in strategies and (why := gp_available()):
+        strategies.remove("gp")
+        notes.append(f"gp left out: {why}")
+    budgets = sorted({max(1, round(float(b) * len(table.grid))) if float(b) < 1 else int(b) for b in args.budgets.split(",")})
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    jobs = [(s, seed, b) for b in budgets for s in strategies for seed in range(args.seeds)]
+    memory_fs = "/dev/shm" if Path("/dev/shm").is_dir() else None  # replayed runs.db files are throw-away
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=memory_fs) as tmp:
+        if args.jobs > 1:
+            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
+                runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise) for j in jobs], chunksize=8))
+        else:
+            runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise) for s, seed, b in jobs]
+    summary = summarize(table, runs, strategies, budgets)
+    summary["notes"] = notes
+    summary["seeds"] = args.seeds
+    summary["host_noise"] = args.host_noise
+    print(json.dumps(summary, indent=1) if args.json else render(summary) + "".join(f"\n{n}" for n in notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Per-trial seconds per phase (issue 12, item 4): timed from the trial's own progress events,
+stored on the TrialResult, shown by `show`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.cli import main
+from autotune.models import Candidate, TrialResult
+from autotune.phases import PhaseClock, phase_of
+from autotune.space import load_space
+from autotune.store import Store
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_phase_events_map_to_phases_and_progress_lines_do_not():
+    assert phase_of("warm-up") == "warm-up"
+    assert phase_of("decode (prose)") == "decode"
+    assert phase_of("decode after a long prompt") == "decode"
+    assert phase_of("cold prefill") == "prefill"
+    assert phase_of("needle") == "needle" and phase_of("qeval") == "qeval"
+    assert phase_of("decode (prose): 2/4 requests done") is None
+    assert phase_of("qeval: 3/24 items done") is None
+    assert phase_of("engine up after 4.1 s") is None
+
+
+def test_the_clock_adds_seconds_until_the_next_phase_and_passes_events_on():
+    clock = FakeClock()
+    phases = PhaseClock(clock)
+    seen: list[str] = []
+    events = phases.listen(seen.append)
+    phases.enter("start")
+    clock.now = 4.0
+    phases.stop()
+    events("warm-up")
+    clock.now = 5.0
+    events("decode (prose)")
+    clock.now = 9.0
+    events("decode (prose): 1/2 requests done")  # inside the phase: changes nothing
+    clock.now = 11.0
+    events("decode (structured)")  # the same phase again: adds up
+    clock.now = 14.0
+    events("qeval")
+    clock.now = 20.5
+    phases.stop()
+    phases.enter("teardown")
+    clock.now = 21.0
+    phases.stop()
+    assert seen == ["warm-up", "decode (prose)", "decode (prose): 1/2 requests done", "decode (structured)", "qeval"]
+    assert phases.ordered() == {"start": 4.0, "warm-up": 1.0, "decode": 9.0, "qeval": 6.5, "teardown": 0.5}
+    assert list(phases.ordered()) == ["start", "warm-up", "decode", "qeval", "teardown"]
+
+
+def test_show_prints_the_seconds_per_phase(tmp_path: Path, capsys):
+    store = Store(tmp_path / "runs.db")
+    store.save_study("s", load_space("llamacpp-gemma3-270m"), "cpu", 1, "host")
+    params = {"chat_format": "gemma", "seed": 1234, "n_threads": 1, "type_k": "f16", "type_v": "f16",
+              "flash_attn": False, "draft_k": 0, "n_batch": 512, "n_ubatch": 512, "n_ctx": 2048}
+    store.save_trial(TrialResult(
+        study="s", number=0, candidate=Candidate(engine="llamacpp", params=params), status="ok", objective=20.0,
+        score=19.0, duration_s=130.0,
+        phase_s={"start": 3.2, "warm-up": 0.9, "decode": 31.0, "prefill": 6.0, "needle": 24.0, "qeval": 63.0, "teardown": 0.4},
+    ))
+    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
+    out = capsys.readouterr().out
+    assert "seconds per phase" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ 0 │") and "63.0" in line)
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells == ["0", "3.2", "0.9", "31.0", "6.0", "24.0", "63.0", "0.4", "130.0"]

@@ -1,0 +1,162 @@
+"""The search-quality replay (issue 12) over a tiny committed table: no engine, seconds.
+
+tests/data/replay-tiny.json is a slice of the measured ground truth
+(benchmarks/data/gt-llamacpp-gemma3-270m-cpu.json, `ground_truth.py slice --fix type_k=f16`):
+real launches of real candidates, including the real failure of a quantized V cache without
+flash attention, so the replay exercises learned failures as the measurement did.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "data" / "replay-tiny.json"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sq():
+    return _module("search_quality")
+
+
+@pytest.fixture(scope="module")
+def table(sq):
+    t = sq.Table(json.loads(TINY.read_text()))
+    t.launched_failure_implicates()
+    return t
+
+
+def stored_objectives(table, key: str) -> set[float]:
+    return {launch["objective"] for launch in table.entries[key]["launches"]}
+
+
+def test_a_replayed_launch_is_one_of_the_stored_launches_the_same_for_every_strategy(sq, table, tmp_path):
+    from autotune.trial import TrialContext
+    from autotune.engines import get_engine
+
+    ctx = TrialContext(study="x", space=table.space, model=table.space.model,
+                       engine=get_engine("llamacpp").use_space(table.space), logs_dir=tmp_path)
+    for candidate in table.grid:
+        entry = table.entries[candidate.key()]
+        first = table.launch(seed=7)(ctx, candidate, 3, lambda _: None)
+        again = table.launch(seed=7)(ctx, candidate, 5, lambda _: None)
+        assert (first.status, first.objective) == (again.status, again.objective)  # paired over strategies
+        assert first.number == 3 and first.candidate.key() == candidate.key()
+        if first.status == "ok":
+            assert first.objective in stored_objectives(table, candidate.key())
+            if entry["numerics_class"] in table.data["accuracy"]:
+                assert first.qeval is not None and first.needle is not None
+        else:
+            assert first.failure is not None and first.failure.implicates  # learned, never isolated by launching
+
+
+def test_grid_order_at_full_budget_launches_each_candidate_once_and_learns_the_failure(sq, table, tmp_path):
+    budget = len(table.grid)
+    run = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path)
+    launchable = [c for c in table.grid if table.entries[c.key()]["launches"] and
+                  all(l["status"] == "ok" for l in table.entries[c.key()]["launches"])]
+    # every launchable candidate ran; the V-cache failure ran once and pruned its siblings
+    assert run.launches == len(launchable) + 1
+    assert run.launches + run.pruned == budget
+    assert run.pick is not None and 0.9 <= run.ratio <= 1.0
+
+
+@pytest.mark.parametrize("strategy", ["autotune", "random", "grid", "tpe"])
+def test_each_strategy_stays_inside_its_budget(sq, table, tmp_path, strategy):
+    for seed in range(3):
+        run = sq.replay_one(table, strategy, seed=seed, budget=4, workdir=tmp_path)
+        assert 1 <= run.launches <= 4
+        assert 0.0 <= run.ratio <= 1.0
+
+
+def test_the_default_queues_the_baseline_then_the_planner_s_picks(sq, table, tmp_path):
+    from autotune.store import Store
+
+    sq.replay_one(table, "autotune", seed=1, budget=3, workdir=tmp_path)
+    trials = Store(tmp_path / "autotune-1-3.db").trials("replay-autotune-1-3")
+    assert trials[0].number == 0 and trials[0].candidate.key() == table.base_key
+    assert trials[0].predicted  # the planner's prediction is stored, as in a real study
+
+
+def test_cli_json_summary_and_wilcoxon(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "search_quality.py"), str(TINY), "--seeds", "6",
+         "--budgets", "3,6", "--strategies", "autotune,random", "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT, timeout=600,
+    )
+    summary = json.loads(out.stdout)
+    assert summary["grid"] == len(json.loads(TINY.read_text())["candidates"]) and summary["seeds"] == 6
+    rows = {(r["budget"], r["strategy"]): r for r in summary["rows"]}
+    assert set(rows) == {(3, "autotune"), (3, "random"), (6, "autotune"), (6, "random")}
+    for r in rows.values():
+        assert r["ratio_q1"] <= r["ratio_median"] <= r["ratio_q3"] <= 1.0
+        assert r["launches_median"] <= r["budget"]
+    assert rows[(3, "autotune")]["autotune_better_p"] is None
+    p = rows[(3, "random")]["autotune_better_p"]
+    assert p is None or 0.0 < p <= 1.0
+
+
+def test_a_table_that_does_not_cover_its_grid_is_refused(tmp_path):
+    data = json.loads(TINY.read_text())
+    data["candidates"] = data["candidates"][1:]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_quality.py"), str(bad)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    grid = len(json.loads(TINY.read_text())["candidates"])
+    assert out.stderr.count("\n") == 1 and f"does not cover 1 of {grid} candidates" in out.stderr
+
+
+def test_on_a_host_that_knows_its_noise_slow_candidates_skip_their_gates(sq, table, tmp_path):
+    from autotune.store import Store
+
+    budget = len(table.grid)
+    plain = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "plain")
+    run = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True)
+    assert plain.dominated == 0  # a fresh host: no launch noise known, every candidate takes the gates
+    assert run.dominated >= 1 and run.launches == plain.launches
+    trials = Store(tmp_path / "noise" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}")
+    skipped = [t for t in trials if t.dominated]
+    assert all(t.qeval is None and t.needle is None and t.objective for t in skipped)
+    assert trials[0].dominated is None  # the qeval reference always takes the gates
+    assert run.pick == plain.pick  # what can never be best was never the pick
+
+
+def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, table, tmp_path):
+    from autotune.store import Store
+
+    knobs = [k.model_copy(update={"numerics_neutral": k.name == "n_threads"}) for k in table.space.knobs]
+    neutral = sq.Table(json.loads(TINY.read_text()))
+    neutral.space = neutral.space.model_copy(update={"knobs": knobs})
+    neutral.launched_failure_implicates()
+    budget = len(table.grid)
+    run = sq.replay_one(neutral, "grid", seed=0, budget=budget, workdir=tmp_path)
+    trials = [t for t in Store(tmp_path / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
+    by_number = {t.number: t for t in trials}
+    reused = [t for t in trials if t.accuracy_from is not None]
+    assert reused, "n_threads=2 candidates follow their n_threads=1 siblings in grid order"
+    for t in reused:
+        donor = by_number[t.accuracy_from]
+        assert donor.accuracy_from is None and donor.number < t.number
+        assert {k: v for k, v in donor.candidate.params.items() if k != "n_threads"} == \
+            {k: v for k, v in t.candidate.params.items() if k != "n_threads"}
+        assert t.qeval == donor.qeval
+    assert all("reused from trial" in g.detail for t in reused for g in t.gates)
+    assert trials[0].accuracy_from is None  # the reference measures its own
+    assert run.launches == sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b").launches
