@@ -2,7 +2,7 @@
 within launch noise can never be the best, so it skips the gates and is recorded as `dominated`.
 
 "Cannot beat within noise" uses the same rule `show` applies to two single launches
-(noise.single_launch_inside): the candidate's objective is below the incumbent's by more than two
+(noise.single_launch_limit): the candidate's objective is below the incumbent's by more than two
 standard errors of the launch-to-launch spread of this host and engine. Unknown noise (nothing
 launched twice here yet) dominates nothing: the gates run.
 """
@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 from autotune.models import TrialResult
-from autotune.noise import LaunchNoise
+from autotune.noise import LaunchNoise, single_launch_limit
 
 #: objective -> why the gates are skipped, or None to run them
 DominatedCheck = Callable[[float], str | None]
@@ -23,7 +23,7 @@ def dominated_check(incumbent: TrialResult | None, noise: LaunchNoise | None) ->
     if incumbent is None or noise is None or not incumbent.objective:
         return None
     best = incumbent.objective
-    limit = 2.0 * noise.sigma * math.sqrt(2.0)
+    limit = single_launch_limit(noise)
 
     def check(objective: float) -> str | None:
         if objective <= 0 or math.log(best / objective) <= limit:

@@ -122,9 +122,14 @@ def single_launch_verdict(ratio: float, noise: LaunchNoise | None) -> str:
     return {None: "not judged", True: "inside the noise", False: "beyond the noise"}[single_launch_inside(ratio, noise)]
 
 
+def single_launch_limit(noise: LaunchNoise) -> float:
+    """Two standard errors of log(a / b) for one launch of each: the widest gap the noise explains."""
+    return 2.0 * noise.sigma * math.sqrt(2.0)
+
+
 def single_launch_inside(ratio: float, noise: LaunchNoise | None) -> bool | None:
     """For two single launches (a trial vs the baseline): is the ratio within two standard errors of
     the launch noise? None when the noise is unknown."""
     if noise is None or ratio <= 0:
         return None
-    return abs(math.log(ratio)) <= 2.0 * noise.sigma * math.sqrt(2.0)
+    return abs(math.log(ratio)) <= single_launch_limit(noise)
