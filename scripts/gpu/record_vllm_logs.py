@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its helpers
+from autotune.launchers.base import free_port  # noqa: E402
 
 SMALL = ["--max-model-len", "4096", "--gpu-memory-utilization", "0.08"]
 
@@ -64,12 +68,6 @@ CASES = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def scrub(text: str, model_dir: Path) -> str:
     """The GPU machine's paths become placeholders (its models folder, the bundle's site-packages,
     its Python environment, its home)."""
@@ -85,12 +83,10 @@ def header(source: str) -> str:
 
 
 def healthy(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1.0)
-        if sock.connect_ex(("127.0.0.1", port)) != 0:
-            return False
-        sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-        return b" 200 " in sock.recv(64)
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def record(case: Case, model_dir: Path, no_weights: Path, out: Path, timeout_s: float) -> str:
