@@ -17,21 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from gemma_space import GEMMA_ON_LLAMACPP
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = "views"
 
 SPACE = """
 name: views-test
-engine: llamacpp
-model:
-  name: gemma-3-270m-q4_k_m
-  served_name: {alias}
-  path: {model}
-  prompt_style: completion
-  context_max: 2048
-hardware: auto
-fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
+""" + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
   - {{name: type_v, values: [f16, q8_0], default: f16}}

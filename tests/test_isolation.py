@@ -18,6 +18,7 @@ from autotune.isolation import isolate, knob_diff, nearest_ran, reductions, wide
 from autotune.learning import blamed, isolations, learn_from_failure
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
 from autotune.store import Store
+from gemma_space import GEMMA_ON_LLAMACPP
 
 KNOBS = ["type_k", "type_v", "n_ctx", "flash_attn"]
 
@@ -144,15 +145,7 @@ def test_learning_a_selection_blame_prunes_the_steering_combination_only(tmp_pat
 
 SPACE = """
 name: isolate-test
-engine: llamacpp
-model:
-  name: gemma-3-270m-q4_k_m
-  served_name: {alias}
-  path: {model}
-  prompt_style: completion
-  context_max: 2048
-hardware: auto
-plugin_flags: {{verbose: --verbose}}
+""" + GEMMA_ON_LLAMACPP + """plugin_flags: {{verbose: --verbose}}
 # llama.cpp's own log off: the log shows only "Failed to create llama_context", which no
 # signature can pin on a knob, so the study has to isolate it
 fixed: {{verbose: false, chat_format: gemma, seed: 1234, flash_attn: false, n_threads: 2}}

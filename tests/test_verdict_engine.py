@@ -13,20 +13,13 @@ import yaml
 
 from autotune.cli import main
 from autotune.store import Store
+from gemma_space import GEMMA_ON_LLAMACPP
 
 pytestmark = pytest.mark.engine
 
 AA_SPACE = """
 name: aa-test
-engine: llamacpp
-model:
-  name: gemma-3-270m-q4_k_m
-  served_name: {alias}
-  path: {model}
-  prompt_style: completion
-  context_max: 2048
-hardware: auto
-fixed: {{chat_format: gemma, seed: 1234, n_ctx: 1024, n_threads: 1}}
+""" + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 1024, n_threads: 1}}
 knobs:
   - {{name: AUTOTUNE_AA_ARM, kind: env, values: [a, b], default: a, description: read by nothing}}
 workload:
@@ -67,15 +60,7 @@ def test_aa_study_ends_without_a_winner(tmp_path: Path, gemma_gguf: Path, capsys
 
 NEEDLE_SPACE = """
 name: needle-fit-test
-engine: llamacpp
-model:
-  name: gemma-3-270m-q4_k_m
-  served_name: {alias}
-  path: {model}
-  prompt_style: completion
-  context_max: 2048
-hardware: auto
-fixed: {{chat_format: gemma, seed: 1234, n_threads: 1}}
+""" + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_threads: 1}}
 knobs:
   - {{name: n_ctx, values: [1024, 2048], default: 2048}}
 workload:
