@@ -6,6 +6,9 @@
 #   bash scripts/gpu/session.sh study1  # baseline + first tuned trials
 #   bash scripts/gpu/session.sh study2  # more trials, cross-check against vllm bench serve, export
 #   bash scripts/gpu/session.sh confirm # one interleaved relaunch round of best vs baseline, export
+# The failure recordings alone (issue 14; install, Gemma conversion, then every case of
+# record_vllm_logs.py, four side by side, no probe):
+#   bash scripts/gpu/session.sh record
 # The verdict re-run (issues 10 and 14), after setup (which then also records the failure logs):
 #   bash scripts/gpu/session.sh verdict          # baseline, draft k=4, a failing KV dtype, a noise relaunch
 #   bash scripts/gpu/session.sh verdict-confirm  # the same study resumed: 2 interleaved confirmation rounds, export
@@ -21,14 +24,19 @@ tries=(--try kv_cache_dtype=fp8 --try attention_backend=TRITON_ATTN,max_num_seqs
 # one archive per kind: a run brings back only a few files, and $OUT is new in every call
 save() { cp "$DB" "$OUT/runs.db" 2>/dev/null; tar czf "$OUT/logs.tgz" -C "$W" logs $(cd "$W" && ls -d recorded 2>/dev/null) 2>/dev/null; }
 case "${1:-}" in
-setup)
-  (cd /tmp/gpu-bundle && cat part* | tar x && bash stage/install-on-device) || exit 1
+setup|record)
+  (cd /tmp/gpu-bundle && { [[ -d stage ]] || cat part* | tar x; } && bash stage/install-on-device) || exit 1
   for mod in sentencepiece:sentencepiece google.protobuf:protobuf; do
     python3 -c "import ${mod%%:*}" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
       --target /tmp/site-extra /tmp/gpu-bundle/extra/${mod##*:}-*.whl
   done
   python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out "$MODEL" || exit 1
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+  if [[ $1 == record ]]; then
+    timeout 560 python3 scripts/gpu/record_vllm_logs.py --model "$MODEL" --timeout 300 --out "$W/recorded" > "$OUT/record.txt" 2>&1
+    echo "record exit $?" >> "$OUT/record.txt"
+    save; exit 0
+  fi
   python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm_serve_help_all.txt" 2>&1
   # real failure logs for tests/logs/, side by side with the probe (small GPU memory each)
   timeout 330 python3 scripts/gpu/record_vllm_logs.py --model "$MODEL" --timeout 300 --out "$W/recorded" > "$OUT/record.txt" 2>&1 &
@@ -68,5 +76,5 @@ verdict-confirm)
   COLUMNS=200 $at show --db "$DB" --study h200-verdict > "$OUT/show.txt" 2>&1
   $at export --db "$DB" --study h200-verdict -o "$OUT/recipe.yaml" > /dev/null 2>> "$OUT/show.txt"
   save ;;
-*) echo "usage: $0 setup|study1|study2|confirm|verdict|verdict-confirm" >&2; exit 2 ;;
+*) echo "usage: $0 setup|record|study1|study2|confirm|verdict|verdict-confirm" >&2; exit 2 ;;
 esac
