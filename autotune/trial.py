@@ -35,6 +35,7 @@ from autotune.models import (
     utc_now,
 )
 from autotune.phases import PhaseClock
+from autotune.signatures import UNCLASSIFIED
 from autotune.space import context_tokens, needle_lengths
 
 
@@ -65,6 +66,10 @@ Events = Callable[[str], None]
 
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
     found = engine.classify(log_text)
+    if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":
+        # a request handler's traceback while the server stays up: not an engine crash to isolate
+        root = found.message.removeprefix(f"{UNCLASSIFIED}: ")
+        return found.model_copy(update={"failure_class": fallback_class, "message": f"{fallback_class}: {message}: {root}"})
     if found is not None:
         return found
     last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]

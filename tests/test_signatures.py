@@ -175,9 +175,10 @@ def test_engine_filter_skips_rows_of_other_engines() -> None:
 
 
 def test_unclassified_crash_reports_root_and_outermost_exception() -> None:
+    # recorded: a model directory with config and tokenizer but no weights file
     info = classify(read("unclassified_crash__vllm_missing_weight.log"))
-    assert info.message == "unclassified_crash: KeyError: 'model.layers.0.self_attn.q_norm.weight'"
-    assert info.evidence[0].endswith("KeyError: 'model.layers.0.self_attn.q_norm.weight'")
+    assert info.message == "unclassified_crash: RuntimeError: Cannot find any model weights with `<models>/gemma-hf-no-weights`"
+    assert info.evidence[0].endswith("RuntimeError: Cannot find any model weights with `<models>/gemma-hf-no-weights`")
     assert "Engine core initialization failed" in info.evidence[-1]
     assert info.implicates == []
 
@@ -360,3 +361,22 @@ def test_a_traceback_printed_while_autotune_stops_the_engine_is_not_a_crash() ->
     # the same log without the signal line: the EngineDeadError traceback counts again
     without_signal = "\n".join(line for line in text.splitlines() if "received signal=SIGTERM" not in line)
     assert classify(without_signal, engine="vllm").failure_class == UNCLASSIFIED
+
+
+def test_a_request_traceback_while_the_server_stays_up_is_a_serving_failure() -> None:
+    """Recorded: gpt-oss's chat path raised KeyError in a request handler; the server stayed up.
+    That is not a crash of the engine (nothing to isolate): the trial says serving_failed, with the
+    traceback's root cause as the message. A server that died keeps the crash."""
+    from autotune.engines import get_engine
+    from autotune.trial import failure_from_log
+
+    log = read("unclassified_crash__vllm_gpt_oss_harmony_request.log")
+    alive = failure_from_log(get_engine("vllm"), log, "serving_failed", "warm-up request failed: HTTP 500")
+    assert alive.failure_class == "serving_failed"
+    assert "KeyError: '<|end|>'" in alive.message and alive.implicates == []
+    assert any("KeyError: '<|end|>'" in line for line in alive.evidence)
+    died = failure_from_log(get_engine("vllm"), log, "crash_during_run", "warm-up request failed")
+    assert died.failure_class == UNCLASSIFIED
+    # a known row still wins over the fallback, server up or not
+    known = read("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log")
+    assert failure_from_log(get_engine("vllm"), known, "serving_failed", "x").failure_class == "kv_dtype_rejected_at_forward"

@@ -334,7 +334,7 @@ def test_missing_vllm_is_engine_unavailable_with_the_install_hint(tmp_path):
 
 
 def test_selected_reads_a_default_startup():
-    got = VllmEngine().selected((LOGS / "vllm_startup_gemma_fp8kv.log").read_text())
+    got = VllmEngine().selected((LOGS / "clean__vllm_startup_fp8_kv.log").read_text())
     assert got == {
         "engine_version": "0.26.0",
         "attention_backend": "FLASH_ATTN",
@@ -350,12 +350,12 @@ def test_selected_reads_a_default_startup():
         "max_model_len": "4096",
         "max_num_batched_tokens": "8192",
         "async_scheduling": "enabled",
-        "model_weights_gib": "0.51",
-        "kv_cache_memory_gib": "67.42",
-        "kv_cache_tokens": "5891488",
-        "max_concurrency": "1438.35",
+        "model_weights_gib": "0.56",
+        "kv_cache_memory_gib": "9.85",
+        "kv_cache_tokens": "1143924",
+        "max_concurrency": "279.28",
         "max_concurrency_at_tokens": "4096",
-        "cuda_graph_gib": "0.32",
+        "cuda_graph_gib": "0.35",
     }
 
 
@@ -382,9 +382,9 @@ def test_selected_reads_moe_linear_drafter_and_the_combined_kv_line():
 
 
 def test_selected_on_failed_starts_reports_only_what_was_logged():
-    nvfp4 = VllmEngine().selected((LOGS / "vllm_fail_nvfp4_kv.log").read_text())
+    nvfp4 = VllmEngine().selected((LOGS / "kv_dtype_unsupported__vllm_nvfp4_no_backend.log").read_text())
     assert nvfp4["kv_cache_dtype"] == "nvfp4" and "attention_backend" not in nvfp4
-    triton = VllmEngine().selected((LOGS / "vllm_fail_triton_fp8e5m2.log").read_text())
+    triton = VllmEngine().selected((LOGS / "kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log").read_text())
     assert triton["attention_backend"] == "TRITON_ATTN" and "kv_cache_tokens" not in triton
 
 
