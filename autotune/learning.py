@@ -64,6 +64,25 @@ def isolations(store: Store, study: str) -> list[Isolation]:
     return [Isolation.model_validate_json(row["result"]) for row in rows]
 
 
+def shared_cause(trials: list[TrialResult], baseline: Candidate) -> str | None:
+    """Why to stop the study when the baseline failed and a candidate with other knob values failed
+    the same way (same class and message, nothing implicated): every candidate shares that cause
+    (model, engine, workload), so more launches would only repeat it. None: no such pair."""
+    def cause(t: TrialResult) -> tuple[str, str] | None:
+        f = t.failure
+        return (f.failure_class, f.message) if t.status == "failed" and f and not f.implicates else None
+
+    base = next((t for t in trials if t.candidate.key() == baseline.key()), None)
+    if base is None or cause(base) is None:
+        return None
+    twin = next((t for t in trials if t.candidate.key() != base.candidate.key() and cause(t) == cause(base)), None)
+    if twin is None:
+        return None
+    return (f"the same failure in trial {base.number} (the baseline) and trial {twin.number} "
+            f"({twin.candidate.label()}): {base.failure.message}; every candidate shares its cause "
+            "(model, engine, workload), not a knob value: fix that, then run the same command to resume")
+
+
 def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:
     """The failures this study's trials taught (knob values now skipped on this host)."""
     return [LearnedFailure(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
-from autotune.learning import learn_from_failure
+from autotune.learning import learn_from_failure, shared_cause
 from autotune.models import Candidate, Confirmation, Scalar, SearchSpace, TrialResult
 from autotune.noise import LaunchNoise
 from autotune.score import constraint_values, evaluate_gates, rank
@@ -415,6 +415,9 @@ class Tuner:
             typical = typical_trial_s(done)
             ranked = rank(done)
             self.reporter.trial_finished(result, ranked[0] if ranked else None)
+            stopped = shared_cause(done, baseline(space)) if result.status == "failed" else None
+            if stopped:
+                break
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 
     def _dominated_check(self, number: int) -> DominatedCheck | None:

@@ -69,7 +69,9 @@ def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message
     if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":
         # a request handler's traceback while the server stays up: not an engine crash to isolate
         root = found.message.removeprefix(f"{UNCLASSIFIED}: ")
-        return found.model_copy(update={"failure_class": fallback_class, "message": f"{fallback_class}: {message}: {root}"})
+        return found.model_copy(update={
+            "failure_class": fallback_class, "message": f"{fallback_class}: {root}", "evidence": [message, *found.evidence],
+        })
     if found is not None:
         return found
     last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
