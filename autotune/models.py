@@ -182,6 +182,12 @@ class Workload(Strict):
         description="every decode request sets ignore_eos and min_tokens, so it decodes exactly "
         "decode_max_tokens (random-weight models may stop at any token)",
     )
+    request_style: Literal["chat", "completion"] = Field(
+        "chat",
+        description="how throughput requests are sent: chat (/v1/chat/completions, the model's chat "
+        "template) or completion (the raw prompt to /v1/completions: for models whose chat path "
+        "needs what a dummy-weight shape lacks, e.g. gpt-oss's harmony tokens)",
+    )
     decode_context_tokens: list[int] = Field(
         default_factory=list, description="decode one stream after a cold prompt of this many tokens"
     )

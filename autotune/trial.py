@@ -131,14 +131,15 @@ async def measure(
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
         events, client = counted.phase, CountingClient(http_client, counted.request_done)
+        sender = throughput.requests_for(client, workload)  # accuracy keeps the model's prompt_style
         if clock is not None:
             events = clock.listen(events)
         events("warm-up")
-        await throughput.warm_up(client, workload)
+        await throughput.warm_up(sender, workload)
         before = await _scrape_counters(ctx.engine, base_url)
         for set_name in workload.prompt_sets:
             events(f"decode ({set_name})")
-            out.measurements += await throughput.measure_decode(client, set_name, workload)
+            out.measurements += await throughput.measure_decode(sender, set_name, workload)
         spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
         if spec:
             out.measurements.append(spec)
@@ -146,16 +147,16 @@ async def measure(
         if workload.prefill_tokens:
             events("cold prefill")
             out.measurements += await throughput.measure_prefill(
-                client, workload, throughput.filler_prompt_builder(client), ctx_tokens
+                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
             )
         if workload.decode_context_tokens:
             events("decode after a long prompt")
             out.measurements += await throughput.measure_long_decode(
-                client, workload, throughput.filler_prompt_builder(client), ctx_tokens
+                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
             )
         if any(c > 1 for c in workload.concurrency):
             events("concurrency")
-            out.measurements += await throughput.measure_concurrency(client, workload)
+            out.measurements += await throughput.measure_concurrency(sender, workload)
         if dominated is not None and ctx.accuracy:
             objective, _ = throughput.objective_value(
                 out.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty

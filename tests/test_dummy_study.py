@@ -87,3 +87,21 @@ def test_a_dummy_space_without_fixed_length_is_refused_before_launching(fake, tm
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "set workload.fixed_length: true" in err
+
+
+def test_completion_style_sends_throughput_requests_as_raw_prompts(fake, tmp_path, capsys):
+    """gpt-oss's chat path needs its harmony tokens (recorded on the H200: every chat request failed
+    with KeyError '<|end|>'): `workload.request_style: completion` sends every throughput request to
+    /v1/completions, and each number's condition says so."""
+    space = tmp_path / "completion.yaml"
+    space.write_text(fake().read_text().replace("  fixed_length: true", "  fixed_length: true\n  request_style: completion"))
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(space), "--db", str(db), "--hardware", "h200", "--trials", "1",
+            "--confirm-rounds", "0", "--study", "c"]
+    assert main(args) == 0, capsys.readouterr().out
+    [trial] = Store(db).trials("c")
+    assert trial.status == "ok"
+    for name in ("decode_tps.prose", "output_tps.c4", "ctx_decode_tps.300"):
+        assert "raw prompts to /v1/completions" in trial.measurement(name).condition
+    served = Path(trial.log_path).read_text()  # the fake prints an access-log line per request
+    assert '"POST /v1/completions' in served and "/v1/chat/completions" not in served

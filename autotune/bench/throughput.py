@@ -73,7 +73,30 @@ def decode_args(workload: Workload) -> dict[str, object]:
 
 def length_condition(workload: Workload) -> str:
     n = workload.decode_max_tokens
-    return f"exactly {n} output tokens (ignore_eos, min_tokens)" if workload.fixed_length else f"up to {n} output tokens"
+    length = f"exactly {n} output tokens (ignore_eos, min_tokens)" if workload.fixed_length else f"up to {n} output tokens"
+    return length + (", raw prompts to /v1/completions" if workload.request_style == "completion" else "")
+
+
+class CompletionRequests:
+    """A client whose chat requests go out as raw prompts to /v1/completions (the user turn's text,
+    no chat template): throughput under `workload.request_style: completion`."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self._client = client
+
+    async def chat(self, messages: list[dict[str, str]], max_tokens: int, **extra: object) -> RequestResult:
+        return await self._client.complete("\n".join(m["content"] for m in messages), max_tokens, **extra)
+
+    async def complete(self, prompt: str, max_tokens: int, **extra: object) -> RequestResult:
+        return await self._client.complete(prompt, max_tokens, **extra)
+
+    async def count_tokens(self, text: str) -> int:
+        return await self._client.count_tokens(text)
+
+
+def requests_for(client: ChatClient, workload: Workload) -> ChatClient:
+    """The client throughput requests go through, in the workload's request style."""
+    return CompletionRequests(client) if workload.request_style == "completion" else client
 
 
 def decoded_fully(result: RequestResult, workload: Workload) -> bool:

@@ -82,6 +82,7 @@ class H(BaseHTTPRequestHandler):
             self.reply(404, "{{}}")
 
     def do_POST(self):
+        print(f'INFO:     127.0.0.1 - "POST {{self.path}} HTTP/1.1"', flush=True)  # as uvicorn's access log
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/tokenize":
             n = len(body["prompt"].split())
