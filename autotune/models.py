@@ -642,6 +642,11 @@ class TrialResult(Record):
         default_factory=dict,
         description="seconds per phase of the trial: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown",
     )
+    start_parts_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the start's seconds went, from the engine's log (vLLM: weights, compile, profile, "
+        "cuda_graphs, engine_init); empty when the engine logs none",
+    )
     log_path: str | None = None
 
     def measurement(self, name: str) -> Measurement | None:

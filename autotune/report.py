@@ -296,10 +296,31 @@ def phases_table(outcome: StudyOutcome) -> Table | None:
     return table
 
 
+def start_table(outcome: StudyOutcome) -> Table | None:
+    """Where each start went, from the engine's log (None when no trial's engine logged it):
+    weights, torch.compile, CUDA graphs, the rest of the engine's init (profiling, KV cache, warm-up),
+    and what lies outside the engine's init (process start, imports, the API server)."""
+    timed = [t for t in outcome.trials if t.start_parts_s and t.phase_s.get("start") is not None]
+    if not timed:
+        return None
+    table = Table(title="where the start went (s)", caption="from the engine's log; outside init: process "
+                  "start, imports, API server")
+    for column in ("#", "start", "weights", "compile", "graphs", "rest of init", "outside init"):
+        table.add_column(column, no_wrap=True, justify="left" if column == "#" else "right")
+    for t in timed:
+        p, start = t.start_parts_s, t.phase_s["start"]
+        init = p.get("engine_init")
+        rest = init - p.get("compile", 0.0) - p.get("cuda_graphs", 0.0) if init is not None else None
+        outside = start - p.get("weights", 0.0) - init if init is not None else None
+        table.add_row(str(t.number), _fmt(start), _fmt(p.get("weights")), _fmt(p.get("compile")),
+                      _fmt(p.get("cuda_graphs")), _fmt(rest), _fmt(outside))
+    return table
+
+
 def print_phases(console: Console, outcome: StudyOutcome) -> None:
-    table = phases_table(outcome)
-    if table is not None:
-        console.print(table)
+    for table in (phases_table(outcome), start_table(outcome)):
+        if table is not None:
+            console.print(table)
 
 
 def print_best(console: Console, outcome: StudyOutcome) -> None:

@@ -274,6 +274,7 @@ def run_trial(
     return TrialResult(
         status="ok",
         selected=ctx.engine.selected(log),
+        start_parts_s=ctx.engine.start_parts(log),
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
         qeval=measured.qeval,

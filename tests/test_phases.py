@@ -74,3 +74,33 @@ def test_show_prints_the_seconds_per_phase(tmp_path: Path, capsys):
     row = next(line for line in out.splitlines() if line.startswith("│ 0 │") and "63.0" in line)
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert cells == ["0", "3.2", "0.9", "31.0", "6.0", "24.0", "63.0", "0.4", "130.0"]
+
+
+def test_where_a_vllm_start_went_is_read_from_its_log():
+    """Recorded on the H200 (vLLM 0.26.0, Gemma 3 270M, fp8 KV, compiled): the start's parts as
+    vLLM logs them; the llama.cpp engine logs none of them."""
+    from autotune.engines import get_engine
+
+    log = (Path(__file__).parent / "logs" / "clean__vllm_startup_fp8_kv.log").read_text()
+    assert get_engine("vllm").start_parts(log) == {
+        "weights": 2.67, "compile": 34.79, "profile": 0.82, "cuda_graphs": 5.0, "engine_init": 156.8,
+    }
+    assert get_engine("vllm").start_parts("no such lines\n") == {}
+    assert get_engine("llamacpp").start_parts(log) == {}
+
+
+def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys):
+    store = Store(tmp_path / "runs.db")
+    store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
+    store.save_trial(TrialResult(
+        study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=500.0,
+        score=490.0, duration_s=200.0, phase_s={"start": 180.0, "decode": 10.0, "teardown": 2.0},
+        start_parts_s={"weights": 2.67, "compile": 34.79, "profile": 0.82, "cuda_graphs": 5.0, "engine_init": 156.8},
+    ))
+    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
+    out = capsys.readouterr().out
+    assert "where the start went" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ 0 │") and "34.8" in line)
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    # start, weights, torch.compile, CUDA graphs, the rest of engine init, outside engine init
+    assert cells == ["0", "180.0", "2.7", "34.8", "5.0", "117.0", "20.5"]

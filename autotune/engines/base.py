@@ -167,6 +167,10 @@ class Engine(ABC):
         """What the engine reports it actually used (backends, cache types); engine-specific."""
         return {}
 
+    def start_parts(self, log_text: str) -> dict[str, float]:
+        """Seconds of the start the engine's log accounts for (weights, compile, ...); engine-specific."""
+        return {}
+
     def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
         """Speculative-decoding counters from the metrics endpoint (drafts, draft_tokens, accepted)."""
         return {}

@@ -236,6 +236,9 @@ class VllmEngine(Engine):
     def selected(self, log_text: str) -> dict[str, str]:
         return parse_selected(log_text)
 
+    def start_parts(self, log_text: str) -> dict[str, float]:
+        return parse_start_parts(log_text)
+
     def spec_decode_counters(self, metrics_text: str) -> dict[str, float]:
         """The base class's names (drafts, draft_tokens, accepted, accepted_pos<i>) from /metrics."""
         names = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens", "num_accepted_tokens": "accepted"}
@@ -588,6 +591,24 @@ _INIT_FIELDS: dict[str, re.Pattern[str]] = {
     "speculative_config": re.compile(r"\bspeculative_config=(None|SpeculativeConfig\([^)]*\))"),
     "cudagraph_mode": re.compile(r"['\"]?cudagraph_mode['\"]?\s*[:=]\s*[<'\"]?(?:CUDAGraphMode\.)?([A-Z_]+)"),
 }
+
+
+# Where a start's seconds went, as vLLM logs them (first match each). engine_init is vLLM's
+# "init engine (profile, create kv cache, warmup model)": it holds compile and CUDA graphs, not the weights.
+_START_PARTS: dict[str, re.Pattern[str]] = {
+    "weights": re.compile(r"Model loading took [\d.]+ ?GiB(?: memory)? and ([\d.]+) ?s"),
+    "compile": re.compile(r"torch\.compile took ([\d.]+) ?s in total"),
+    "profile": re.compile(r"Initial profiling/warmup run took ([\d.]+) ?s"),
+    "cuda_graphs": re.compile(r"Graph capturing finished in (\d+) secs?"),
+    "engine_init": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s"),
+}
+
+
+def parse_start_parts(log_text: str) -> dict[str, float]:
+    """Seconds per part of a vLLM start, from its log (keys absent when not logged)."""
+    text = _ANSI.sub("", log_text)
+    found = {key: pattern.search(text) for key, pattern in _START_PARTS.items()}
+    return {key: round(float(m.group(1)), 2) for key, m in found.items() if m}
 
 
 def parse_selected(log_text: str) -> dict[str, str]:
