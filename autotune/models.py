@@ -279,6 +279,10 @@ _DOCKER_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://")
 
 #: where the playbook mounts the Hugging Face cache inside vLLM containers.
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+#: vLLM's cache root inside its containers (torch.compile artifacts live under it).
+CONTAINER_VLLM_CACHE = "/root/.cache/vllm"
+#: the host folder every docker launch mounts there, so compiled graphs outlive the container.
+DEFAULT_COMPILE_CACHE = "/var/tmp/autotune-vllm-cache"
 
 
 class ClusterNode(Record):
@@ -341,6 +345,12 @@ class Cluster(Record):
     hf_cache: str | None = Field(None, description=f"host folder mounted at {CONTAINER_HF_CACHE}")
     model_dir: str | None = Field(None, description="host folder holding the model, mounted read-only at the same path")
     mounts: dict[str, str] = Field(default_factory=dict, description="more host folder -> container folder")
+    compile_cache: str | None = Field(
+        DEFAULT_COMPILE_CACHE,
+        description=f"host folder mounted at {CONTAINER_VLLM_CACHE} in every container, so a config's "
+        "torch.compile output is reused by its later launches (a container's own cache dies with it); "
+        "None = every container compiles from scratch",
+    )
     rdma: bool = Field(True, description="give containers /dev/infiniband, unlimited memlock and IPC_LOCK")
     privileged: bool = False
     ipc_host: bool = Field(True, description="--ipc host; when False, shm_size is used")
@@ -353,7 +363,7 @@ class Cluster(Record):
         "127.0.0.1", description="where the server listens on node 0; 0.0.0.0 to reach it from another host"
     )
 
-    @field_validator("hf_cache", "model_dir")
+    @field_validator("hf_cache", "model_dir", "compile_cache")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None:

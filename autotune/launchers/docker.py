@@ -39,7 +39,7 @@ from autotune.launchers.ray import (
     nodes_check_argv,
     parse_nodes_report,
 )
-from autotune.models import CONTAINER_HF_CACHE, Cluster, LaunchSpec, NodeLaunch
+from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
 LABEL_STUDY = "autotune.study"
@@ -88,6 +88,8 @@ def container_spec(
     if cluster.model_dir:
         binds.append(f"{cluster.model_dir}:{cluster.model_dir}:ro")
     binds += [f"{host}:{inside}" for host, inside in cluster.mounts.items()]
+    if cluster.compile_cache:
+        binds.append(f"{cluster.compile_cache}:{CONTAINER_VLLM_CACHE}")
     return ContainerSpec(
         name=name,
         image=cluster.image,
