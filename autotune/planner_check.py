@@ -35,6 +35,7 @@ class Point:
     label: str
     n_layers: int
     eager: bool
+    speculative: bool  # drafts tokens: a step yields more than one token, another regime
     bytes_per_token: float  # planner's weights + KV read per decode step at the short-prompt context
     kv_bytes_per_token: float  # KV bytes one cached token adds to every later step
     bandwidth: float  # bytes/s
@@ -90,6 +91,7 @@ def point(space: SearchSpace, trial: TrialResult, hardware: str = "h200") -> Poi
         label=trial.candidate.label(),
         n_layers=model_facts(space.model).n_layers or 0,
         eager=trial.candidate.params.get("enforce_eager") is True,
+        speculative=bool(trial.candidate.params.get("draft_k")),
         bytes_per_token=bandwidth / est.decode_tps if est.decode_tps else 0.0,
         kv_bytes_per_token=_kv_bytes_per_token(space, trial.candidate.params),
         bandwidth=bandwidth,

@@ -301,7 +301,7 @@ def test_a_dummy_recipe_says_accuracy_is_not_applicable():
 
 def point(shape: str, layers: int, gb: float, tps: float) -> pc.Point:
     return pc.Point(
-        study=shape, shape=shape, trial=0, label="", n_layers=layers, eager=False,
+        study=shape, shape=shape, trial=0, label="", n_layers=layers, eager=False, speculative=False,
         bytes_per_token=gb * 1e9, kv_bytes_per_token=0.0, bandwidth=4.8e12, decode_tps=tps,
         shipped_decode_tps=None, current_decode_tps=None, prefill_tps=None, bare_prefill_tps=None, extras={},
     )

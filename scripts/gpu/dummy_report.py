@@ -2,12 +2,18 @@
 trial's measurements, its ratio to the study's baseline, the roofline fraction, and the planner's
 decode error (as shipped, and refitted on one shape / tested on the others).
 
-    python3 scripts/gpu/dummy_report.py --db runs.db
+    python3 scripts/gpu/dummy_report.py --db runs.db [--db other-machine.db ...]
+
+Several --db (one per lent machine) are labelled db1, db2, ... in the tables. The refitted step
+models use compiled trials without speculation only: an eager trial (no CUDA graphs) and a drafting
+one are other regimes (the planner prices them with their own terms); the shipped planner is
+scored on every trial. The held-out rows fit on every shape but one and score that one.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -56,21 +62,29 @@ METRICS = [
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--db", type=Path, action="append", required=True, help="runs.db; repeat for several machines")
     parser.add_argument("--hardware", default="h200")
     args = parser.parse_args()
-    store = Store(args.db, must_exist=True)
     points: list[pc.Point] = []
     print("| study | # | config vs baseline | " + " | ".join(h for _, h, _ in METRICS) + " | roofline | MAD c1 |")
     print("|" + "---|" * (len(METRICS) + 5))
+    for index, db in enumerate(args.db, 1):
+        points += _study_rows(Store(db, must_exist=True), f"db{index}:" if len(args.db) > 1 else "", args.hardware)
+    _planner_tables(points)
+    return 0
+
+
+def _study_rows(store: Store, tag: str, hardware: str) -> list[pc.Point]:
+    points: list[pc.Point] = []
     for study in store.studies():
         space = local_space(SearchSpace.model_validate_json(study["space"]))
         trials = [t for t in store.trials(study["name"]) if t.status == "ok"]
         base = next((t for t in trials if t.number == 0), None)
         for t in trials:
-            p = pc.point(space, t, args.hardware)
+            p = pc.point(space, t, hardware)
             if p is None:
                 continue
+            p = dataclasses.replace(p, study=tag + p.study)
             points.append(p)
             cells = []
             for name, _, digits in METRICS:
@@ -83,7 +97,11 @@ def main() -> int:
             decode = t.measurement("decode_tps.prose")
             mad = f"{decode.mad / decode.median:.1%}" if decode else "-"
             label = diff_label(t.candidate, base.candidate if base else None)
-            print(f"| {study['name']} | {t.number} | {label} | " + " | ".join(cells) + f" | {p.roofline_fraction:.0%} | {mad} |")
+            print(f"| {tag}{study['name']} | {t.number} | {label} | " + " | ".join(cells) + f" | {p.roofline_fraction:.0%} | {mad} |")
+    return points
+
+
+def _planner_tables(points: list[pc.Point]) -> None:
     print()
     print("bytes per token (planner, short prompt) and roofline fraction = measured c1 tok/s x bytes / 4.8 TB/s")
     for p in points:
@@ -99,10 +117,12 @@ def main() -> int:
         ("this checkout's planner, h200 profile (not fitted on these points)", current),
     ]
     shapes = sorted({p.shape for p in points})
+    plain = [p for p in points if not p.eager and not p.speculative]
     for fitter_name, fitter in (("planner form", pc.fit_planner_form), ("per-layer", pc.fit_per_layer)):
         for shape in shapes:
-            rows.append((f"{fitter_name}, fitted on {shape}", pc.held_out(points, fitter, lambda q, s=shape: q.shape == s)))
-        rows.append((f"{fitter_name}, leave one out", pc.leave_one_out(points, fitter)))
+            rows.append((f"{fitter_name}, fitted on the other shapes, scored on {shape}",
+                         pc.held_out(plain, fitter, lambda q, s=shape: q.shape != s)))
+        rows.append((f"{fitter_name}, leave one trial out", pc.leave_one_out(plain, fitter)))
     print("| model | held-out points | median abs error | errors |")
     print("|---|---|---|---|")
     for name, res in rows:
@@ -121,7 +141,6 @@ def main() -> int:
         errs = [eff * p.bare_prefill_tps / p.prefill_tps - 1 for p in test]
         print(f"- efficiency {eff:.3f} fitted on {shape} ({len(train)} points); held-out median abs error "
               f"{pc.median_abs(errs):.0%} on {len(test)} points: " + ", ".join(f"{e:+.0%}" for e in errs))
-    return 0
 
 
 if __name__ == "__main__":
