@@ -75,7 +75,7 @@ def measure(args: argparse.Namespace) -> None:
 
     def plan_for(name: str, accuracy: bool, first: list[Candidate]) -> search.SearchPlan:
         plan = search.prepare(
-            space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=None,
+            space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=args.hardware,
             nodes=None, accuracy=accuracy, logs_dir=args.logs,
         )
         return plan.model_copy(update={"first": first})
@@ -89,6 +89,8 @@ def measure(args: argparse.Namespace) -> None:
     if not args.no_accuracy:
         plans.append((plan_for(accuracy_name, True, accuracy_grid), accuracy_grid))
     print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
+    sitting = time.monotonic()
+    longest = 0.0  # the longest launch of this sitting: the next one is assumed to take as long
     for k in range(1, len(grid) + 1):
         upto = {c.key() for c in grid[:k]}
         for plan, queue in plans:
@@ -100,7 +102,12 @@ def measure(args: argparse.Namespace) -> None:
                 continue
             launched = sum(1 for t in trials if t.status in ("ok", "failed"))
             t0 = time.monotonic()
+            if args.time_budget is not None and longest and t0 - sitting + longest > args.time_budget * 60:
+                print(f"stopped: time budget ({args.time_budget} min; a launch takes ~{longest:.0f} s here); "
+                      "run the same command to go on", flush=True)
+                return
             outcome = search.run(plan, trials=launched + len(missing), seed=0, noise_relaunches=0)
+            longest = max(longest, time.monotonic() - t0)
             last = outcome.trials[-1] if outcome.trials else None
             status = f"{last.status} {last.objective or last.reason or ''}" if last else "-"
             print(f"{utc_now()} {plan.study} k={k} load={os.getloadavg()[0]:.2f} "
@@ -250,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--launches", type=int, default=2)
     m.add_argument("--neutral-checks", type=int, default=3)
     m.add_argument("--no-accuracy", action="store_true")
+    m.add_argument("--hardware", default=None, help="hardware profile (default: detected)")
+    m.add_argument("--time-budget", type=float, default=None, metavar="MIN",
+                   help="start no launch that would end after MIN minutes (at least one per sitting)")
     e = sub.add_parser("export", help="write the table")
     e.add_argument("--db", type=Path, required=True)
     e.add_argument("--out", required=True)

@@ -105,3 +105,23 @@ def test_completion_style_sends_throughput_requests_as_raw_prompts(fake, tmp_pat
         assert "raw prompts to /v1/completions" in trial.measurement(name).condition
     served = Path(trial.log_path).read_text()  # the fake prints an access-log line per request
     assert '"POST /v1/completions' in served and "/v1/chat/completions" not in served
+
+
+def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(fake, tmp_path, capsys):
+    """A GPU sitting is 10 minutes a call: `measure --time-budget` starts no launch after the
+    budget (at least one per sitting), and the next sitting goes on where it stopped."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
+    gt = importlib.util.module_from_spec(spec)
+    sys.modules["ground_truth"] = gt
+    spec.loader.exec_module(gt)
+    db = tmp_path / "gt.db"
+    argv = ["measure", "--space", str(fake()), "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "1",
+            "--no-accuracy", "--hardware", "h200", "--time-budget", "0.001"]
+    gt.main(argv)
+    assert "stopped: time budget" in capsys.readouterr().out
+    assert len(Store(db).trials("fake-dummy-launch1")) == 1
+    gt.main(argv)
+    assert [t.status for t in Store(db).trials("fake-dummy-launch1")] == ["ok", "ok"]

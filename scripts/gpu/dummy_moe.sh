@@ -9,6 +9,7 @@
 #   bash scripts/gpu/dummy_moe.sh aa       # MiniMax baseline relaunched (launch-to-launch noise)
 #   bash scripts/gpu/dummy_moe.sh gptoss   # gpt-oss-20b shape (bf16): baseline + tries
 #   bash scripts/gpu/dummy_moe.sh knobs    # MiniMax: the knobs not yet measured (CUDA graphs off, max_num_seqs, Triton MoE forced)
+#   bash scripts/gpu/dummy_moe.sh gt       # issue 12: the H200 ground truth, resumed from the carried .gt-h200/runs.db
 #   bash scripts/gpu/dummy_moe.sh report   # show + export of every study
 # Then, on any machine: python3 scripts/gpu/dummy_report.py --db runs.db (table + planner held-out error)
 set -uo pipefail
@@ -54,10 +55,19 @@ gptoss)
   install
   study vllm-gpt-oss-20b-dummy 560 9 --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8
   save ;;
+gt)        # 16 candidates x 2 launches, ~2 min each: about 3 sittings. Carry .gt-h200 (run's carry list)
+  install  # and copy $OUT/gt-runs.db back to .gt-h200/runs.db after each sitting.
+  mkdir -p .gt-h200 && cp .gt-h200/runs.db "$W/gt-runs.db" 2>/dev/null
+  timeout 570 python3 benchmarks/ground_truth.py measure --space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml \
+    --db "$W/gt-runs.db" --logs "$W/logs" --launches 2 --no-accuracy --hardware h200 --time-budget 9.2 \
+    > "$OUT/gt.txt" 2>&1
+  echo "measure exit $?" >> "$OUT/gt.txt"
+  cp "$W/gt-runs.db" "$OUT/gt-runs.db"
+  DB=$W/gt-runs.db save ;;
 report)
   save
   for s in $(python3 -c "import sqlite_utils; print(' '.join(r['name'] for r in sqlite_utils.Database('$DB')['tuning_studies'].rows))"); do
     $at export --db "$DB" --study "$s" -o "$OUT/recipe-$s.yaml" > /dev/null 2>> "$OUT/show.txt"
   done ;;
-*) echo "usage: $0 qwen|qwen2|minimax|aa|gptoss|knobs|report" >&2; exit 2 ;;
+*) echo "usage: $0 qwen|qwen2|minimax|aa|gptoss|knobs|gt|report" >&2; exit 2 ;;
 esac
