@@ -55,7 +55,8 @@ def _on_cores(hardware: HardwareProfile, point: dict[str, Any]) -> HardwareProfi
     cores = point.get("cores")
     if not cores or not hardware.nominal_cores:
         return hardware
-    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores})
+    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores,
+                                       "cpu_cores": cores})
 
 
 def calibrate(profile_name: str) -> dict[str, float | None]:

@@ -99,6 +99,7 @@ def _cpu_profile(device: DeviceIdentity) -> HardwareProfile:
             f"(bandwidth and FLOPS are rough generic figures)",
             "memory_gb_per_gpu": round(device.memory_total_gb * GIB_IN_GB, 2),
             "bf16_tflops": round(base.bf16_tflops * scale, 4),
+            "cpu_cores": device.cpu_cores,
             "sources": [*base.sources, f"memory and cores detected on {device.hostname}"],
         },
         deep=True,

@@ -65,6 +65,10 @@ class HardwareProfile(Strict):
         None, description="fixed time per decode step without CUDA graphs (enforce_eager), fitted"
     )
     nominal_cores: int | None = Field(None, description="cpu profile: cores its flops figure assumes")
+    cpu_cores: int | None = Field(
+        None, description="cores of this CPU host (detected under --hardware auto): decode on t threads "
+        "streams t / cpu_cores of the memory bandwidth; None = no thread term",
+    )
     sources: list[str] = Field(default_factory=list)
 
 

@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -53,7 +54,7 @@ from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior")
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -64,6 +65,10 @@ class Table:
         self.data = data
         self.space = SearchSpace.model_validate(data["space"])
         self.hardware = HardwareProfile.model_validate(data["hardware"]) if data.get("hardware") else resolve_hardware("cpu", None)
+        cores = re.search(r"(\d+) CPUs", (data.get("conditions") or {}).get("machine") or "")
+        if self.hardware.gpus_per_node == 0 and self.hardware.cpu_cores is None and cores:
+            # tables exported before the profile recorded its cores: the machine line names them
+            self.hardware = self.hardware.model_copy(update={"cpu_cores": int(cores.group(1))})
         self.entries = {e["key"]: e for e in data["candidates"]}
         self.grid = list(enumerate_candidates(self.space))
         missing = [c.label() for c in self.grid if c.key() not in self.entries or not self._known(self.entries[c.key()])]
@@ -246,6 +251,9 @@ def replay_one(
             return [c for _, c in sorted(scored, key=lambda x: -x[0])]
 
         options = {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    elif strategy == "autotune-no-threads":  # the default before the planner's CPU thread term
+        flat = table.hardware.model_copy(update={"cpu_cores": None})
+        options = {"order": planner_order(space, flat, 1), "predict": lambda c: estimate(space, c, flat, 1).predicted()}
     elif strategy == "autotune-1-prior":  # the default prior cut to its first candidate: more room for TPE
         full = planner_order(space, table.hardware, 1)
         options = {"order": lambda cs: full(cs)[:1], "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}

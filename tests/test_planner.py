@@ -18,6 +18,7 @@ from autotune.report import render_plan_table
 from autotune.space import baseline, enumerate_candidates, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
+ROOT = Path(__file__).resolve().parent.parent
 
 # A Llama-3.1-8B-shaped dense model in bf16.
 DENSE_8B = dict(
@@ -218,6 +219,24 @@ def test_prefill_scales_with_tp_and_uses_fp8_math_for_fp8():
 
 
 # ---------------------------------------------------------------- fitting
+
+
+def test_cpu_decode_uses_the_share_of_the_cores_its_threads_run_on():
+    """llama.cpp decodes on n_threads cores: one thread of two streams about half of what two do
+    (the 48-candidate CPU table: ~20 vs ~30 tok/s). Without the host's core count, no thread term."""
+    space = load_space(str(ROOT / "benchmarks" / "spaces" / "llamacpp-gemma3-270m-gt48.yaml"))
+    host = get_profile("cpu").model_copy(update={"cpu_cores": 2})
+
+    def tps(hardware, **params) -> float:
+        return estimate(space, Candidate(engine="llamacpp", params={**baseline(space).params, **params}), hardware, 1).decode_tps
+
+    assert tps(host, n_threads=2) > 1.3 * tps(host, n_threads=1)
+    assert tps(host, n_threads=4) == pytest.approx(tps(host, n_threads=2))  # no more cores than the host has
+    unknown = get_profile("cpu")
+    assert unknown.cpu_cores is None and tps(unknown, n_threads=2) == pytest.approx(tps(unknown, n_threads=1))
+    gpu = vllm_space()
+    assert estimate(gpu, Candidate(engine="vllm", params={}), get_profile("h200").model_copy(update={"cpu_cores": 16}), 1).decode_tps == \
+        pytest.approx(estimate(gpu, Candidate(engine="vllm", params={}), get_profile("h200"), 1).decode_tps)
 
 
 def test_fit_efficiency_is_the_median_ratio():

@@ -195,6 +195,10 @@ class Engine(ABC):
         """Whether each decode step runs without captured graphs (its fixed step cost differs)."""
         return False
 
+    def decode_threads(self, params: Knobs, cpu_cores: int) -> int | None:
+        """CPU threads one decode step runs on (None: not a CPU engine, no thread term)."""
+        return None
+
     def spec_method(self, params: Knobs) -> str | None:
         """The speculation method these settings draft with (None when they name none)."""
         method = params.get("spec_method")

@@ -164,6 +164,11 @@ class LlamaCppEngine(Engine):
             health_path=self.health_path,
         )
 
+    def decode_threads(self, params: Knobs, cpu_cores: int) -> int | None:
+        # llama-cpp-python's server default: half the host's cores, at least one
+        threads = params.get("n_threads")
+        return int(threads) if isinstance(threads, int | float) and threads > 0 else max(cpu_cores // 2, 1)
+
     def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
         types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
         unknown = [t for t in types if t not in KV_BYTES]
