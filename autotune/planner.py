@@ -452,11 +452,11 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
     if pp > 1:
         notes.assume(f"PP {pp}: stages run one after another for one stream (no decode speed-up)")
     bandwidth = hardware.mem_bandwidth_gbps * GB
-    threads = case.engine.decode_threads(case.params, hardware.cpu_cores) if hardware.cpu_cores else None
-    if threads is not None and hardware.cpu_cores:
-        used = min(threads, hardware.cpu_cores)
-        bandwidth *= used / hardware.cpu_cores
-        notes.assume(f"decode on {used} of {hardware.cpu_cores} cores: that share of the memory bandwidth")
+    cores = hardware.cpu_cores
+    if cores and (threads := case.engine.decode_threads(case.params, cores)) is not None:
+        used = min(threads, cores)
+        bandwidth *= used / cores
+        notes.assume(f"decode on {used} of {cores} cores: that share of the memory bandwidth")
     eager = case.engine.eager(case.params)
     overhead_ms, what = (hardware.eager_step_overhead_ms, "eager (no CUDA graphs)") if eager else (hardware.step_overhead_ms, "")
     overhead_s = (overhead_ms or 0.0) / 1000

@@ -56,14 +56,13 @@ gptoss)
   study vllm-gpt-oss-20b-dummy 560 9 --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8
   save ;;
 gt)        # 16 candidates x 2 launches, ~2 min each: about 3 sittings. Carry .gt-h200 (run's carry list)
-  install  # and copy $OUT/gt-runs.db back to .gt-h200/runs.db after each sitting.
+  install  # and copy $OUT/runs.db back to .gt-h200/runs.db after each sitting.
   mkdir -p .gt-h200 && cp .gt-h200/runs.db "$W/gt-runs.db" 2>/dev/null
   timeout 570 python3 benchmarks/ground_truth.py measure --space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml \
     --db "$W/gt-runs.db" --logs "$W/logs" --launches 2 --no-accuracy --hardware h200 --time-budget 9.2 \
     > "$OUT/gt.txt" 2>&1
   echo "measure exit $?" >> "$OUT/gt.txt"
-  cp "$W/gt-runs.db" "$OUT/gt-runs.db"
-  DB=$W/gt-runs.db save ;;
+  DB=$W/gt-runs.db save ;;  # save brings the ground-truth db back as $OUT/runs.db
 report)
   save
   for s in $(python3 -c "import sqlite_utils; print(' '.join(r['name'] for r in sqlite_utils.Database('$DB')['tuning_studies'].rows))"); do
