@@ -118,6 +118,14 @@ def search(
     wait: Annotated[
         bool, typer.Option("--wait", help="if another autotune process runs this study, wait for it to finish")
     ] = False,
+    gate_every_trial: Annotated[
+        bool,
+        typer.Option(
+            "--gate-every-trial",
+            help="run needle and qeval on every trial, also those whose score cannot rank first "
+            "(default: they are recorded as dominated and skip them)",
+        ),
+    ] = False,
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
     owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
@@ -149,6 +157,7 @@ def search(
             confirm_rounds=confirm_rounds,
             noise_relaunches=noise_relaunches,
             qeval_reference=qeval_reference,
+            skip_dominated=not gate_every_trial,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
             reporter=reporter,
             wait_s=float("inf") if wait else None,

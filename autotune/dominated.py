@@ -1,10 +1,11 @@
-"""Accuracy only where it can matter: a candidate whose throughput cannot beat the incumbent
-within launch noise can never be the best, so it skips the gates and is recorded as `dominated`.
+"""Accuracy only where it can matter. The study ranks the trials that pass their gates by score
+(score.rank), so a candidate whose score is not above the incumbent's can never rank first in
+this study: its gates would not change the pick. It keeps its numbers, skips the gates and is
+recorded as `dominated`, with the reason saying how far below it is: beyond the launch noise of
+this host and engine (two standard errors of a ratio of single launches, noise.single_launch_limit),
+inside it (tied at best, which `show` still lists), or with the noise not measured here yet.
 
-"Cannot beat within noise" uses the same rule `show` applies to two single launches
-(noise.single_launch_limit): the candidate's objective is below the incumbent's by more than two
-standard errors of the launch-to-launch spread of this host and engine. Unknown noise (nothing
-launched twice here yet) dominates nothing: the gates run.
+The qeval reference always takes its gates, and an incumbent is a trial that passed its own.
 """
 
 from __future__ import annotations
@@ -15,22 +16,25 @@ from collections.abc import Callable
 from autotune.models import TrialResult
 from autotune.noise import LaunchNoise, single_launch_limit
 
-#: objective -> why the gates are skipped, or None to run them
-DominatedCheck = Callable[[float], str | None]
+#: (objective, score) -> why the gates are skipped, or None to run them
+DominatedCheck = Callable[[float, float], str | None]
 
 
 def dominated_check(incumbent: TrialResult | None, noise: LaunchNoise | None) -> DominatedCheck | None:
-    if incumbent is None or noise is None or not incumbent.objective:
+    if incumbent is None or not incumbent.objective or incumbent.score is None:
         return None
-    best = incumbent.objective
-    limit = single_launch_limit(noise)
+    best, best_score = incumbent.objective, incumbent.score
 
-    def check(objective: float) -> str | None:
-        if objective <= 0 or math.log(best / objective) <= limit:
+    def check(objective: float, score: float) -> str | None:
+        if objective <= 0 or score > best_score:
             return None
-        return (
-            f"{objective:.1f} vs incumbent trial {incumbent.number} {best:.1f}: x{objective / best:.2f}, "
-            f"below it beyond the launch noise ({noise.describe()}, 2 standard errors); gates skipped"
-        )
+        gap = f"{objective:.1f} vs incumbent trial {incumbent.number} {best:.1f}: x{objective / best:.2f}"
+        if noise is None:
+            where = "launch noise not measured on this host yet"
+        elif math.log(best / objective) > single_launch_limit(noise):
+            where = f"below it beyond the launch noise ({noise.describe()}, 2 standard errors)"
+        else:
+            where = f"inside the launch noise ({noise.describe()}): tied at best"
+        return f"{gap}, {where}; its score cannot rank first, so the gates were skipped"
 
     return check

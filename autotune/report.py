@@ -345,10 +345,12 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
-    tied = [t.number for t in outcome.ranked[1:] if t.objective and best.objective
+    # dominated trials count too: below the best's score, but maybe not beyond the noise
+    others = [*outcome.ranked[1:], *(t for t in outcome.trials if t.status == "ok" and t.dominated)]
+    tied = [f"{t.number}{' (gates skipped)' if t.dominated else ''}" for t in others if t.objective and best.objective
             and single_launch_inside(best.objective / t.objective, noise)]
     if tied:
-        console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(map(str, tied))}")
+        console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(tied)}")
     c = outcome.confirmation
     if c and c.best_trial == best.number:
         console.print(

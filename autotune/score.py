@@ -89,8 +89,10 @@ def evaluate_gates(
 
 
 def constraint_values(result: TrialResult) -> dict[str, float]:
-    """Optuna constraints (trial.set_constraint): <= 0 is feasible; one per gate."""
-    return {g.gate: 0.0 if g.passed else 1.0 for g in result.gates}
+    """Optuna constraints (trial.set_constraint): <= 0 is feasible; one per gate. Gates a dominated
+    trial skipped are unknown, not failed: the sampler still learns from its speed (the ranking
+    never counts them as passed)."""
+    return {g.gate: 0.0 if g.passed or (result.dominated and g.status == "unchecked") else 1.0 for g in result.gates}
 
 
 def accuracy_status(trial: TrialResult) -> str:

@@ -341,6 +341,7 @@ def run(
     wait_s: float | None = None,
     on_wait: Callable[[StudyOwner], None] | None = None,
     on_owned: Callable[[], None] | None = None,
+    skip_dominated: bool = True,
 ) -> StudyOutcome:
     """Run the study, owning it for the whole run: another process on the same study is refused
     (StudyBusy) or, with `wait_s`, waits that long for it."""
@@ -348,7 +349,9 @@ def run(
     with StudyLock(plan.store, plan.study, wait_s=wait_s, on_wait=on_wait):
         if on_owned is not None:  # e.g. the forecast: printed once this process owns the study
             on_owned()
-        return _run_owned(plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter)
+        return _run_owned(
+            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter, skip_dominated
+        )
 
 
 def _run_owned(
@@ -360,6 +363,7 @@ def _run_owned(
     qeval_reference: int | None,
     time_budget_s: float | None,
     reporter: Reporter | None,
+    skip_dominated: bool = True,
 ) -> StudyOutcome:
     assert plan.store is not None
     stored = plan.store.study_space(plan.study)
@@ -385,6 +389,7 @@ def _run_owned(
         predict=lambda c: estimate(plan.space, c, plan.hardware, plan.nodes).predicted(),
         reporter=reporter,
         budget=budget,
+        skip_dominated=skip_dominated,
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)

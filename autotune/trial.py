@@ -158,10 +158,10 @@ async def measure(
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(sender, workload)
         if dominated is not None and ctx.accuracy:
-            objective, _ = throughput.objective_value(
+            objective, score = throughput.objective_value(
                 out.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
             )
-            out.dominated = dominated(objective)
+            out.dominated = dominated(objective, score)
             if out.dominated:
                 events(f"dominated: {out.dominated}")
         if reuse is not None and ctx.accuracy and not out.dominated:

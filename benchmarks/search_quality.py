@@ -13,7 +13,11 @@ that failure.
 Strategies: `autotune` (the default: TPE, the planner's three best-predicted candidates queued
 after the baseline), `random` (Optuna RandomSampler), `grid` (grid order), `tpe` (TPE without the
 planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
-it was before issue 12: the planner's order by prediction alone). Every strategy starts with the baseline
+it was before issue 12: the planner's order by prediction alone), `autotune-1-prior` (one queued
+candidate), `autotune-no-threads` (the default before the planner's CPU thread term),
+`autotune-gate-all` (the default with every launch taking its accuracy gates: what skipping the
+gates of dominated candidates costs or changes; `same pick` says how often it picks what the
+default picks, seed for seed). Every strategy starts with the baseline
 (the Tuner always runs it first) and is judged the same way: the config the study picks (its best
 ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
@@ -54,7 +58,7 @@ from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads")
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads", "autotune-gate-all")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -154,7 +158,8 @@ class Table:
             stored = TrialResult.model_validate(drawn["result"])
             result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
             result = self.with_accuracy(result)
-            why = dominated(result.objective) if dominated and result.status == "ok" and result.objective else None
+            ok = result.status == "ok" and result.objective and result.score is not None
+            why = dominated(result.objective, result.score) if dominated and ok else None
             if why:  # as run_trial does: throughput measured, gates skipped
                 result = result.model_copy(update={"needle": None, "qeval": None, "dominated": why})
             elif reuse is not None and result.status == "ok":  # as run_trial does: the donor's accuracy
@@ -204,7 +209,8 @@ class Replay(BaseModel):
     launches: int
     pruned: int
     tied: bool = False  # the pick cannot be told from the optimum within the table's own launch noise
-    dominated: int = 0  # launches whose gates were skipped (throughput below the incumbent beyond noise)
+    dominated: int = 0  # launches whose gates were skipped (score not above the incumbent's: cannot rank first)
+    gated: int = 0  # launches that ran their own accuracy gates (the expensive part of a trial)
 
 
 def gp_available() -> str | None:
@@ -225,7 +231,8 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
 
 
 def replay_one(
-    table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False
+    table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False,
+    skip_dominated: bool = True,
 ) -> Replay:
     space = table.space
     engine = get_engine(space.engine).use_space(space)
@@ -241,30 +248,32 @@ def replay_one(
     ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir)
     pruner = Pruner([rules, layout, needle_check(space, True), probes_check([]), fits_check(space, table.hardware, 1)])
 
-    options: dict = {}
-    if strategy == "autotune":  # exactly what `autotune search` gives its Tuner (search._run_owned)
-        options = {"order": planner_order(space, table.hardware, 1),
-                   "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+    options: dict = {"skip_dominated": skip_dominated}
+    if strategy in ("autotune", "autotune-gate-all"):  # exactly what `autotune search` gives its Tuner (search._run_owned)
+        options |= {"order": planner_order(space, table.hardware, 1),
+                    "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+        if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
+            options["skip_dominated"] = False
     elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands
         def plain(candidates: list[Candidate]) -> list[Candidate]:
             scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
             return [c for _, c in sorted(scored, key=lambda x: -x[0])]
 
-        options = {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+        options |= {"order": plain, "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
     elif strategy == "autotune-no-threads":  # the default before the planner's CPU thread term
         flat = table.hardware.model_copy(update={"cpu_cores": None})
-        options = {"order": planner_order(space, flat, 1), "predict": lambda c: estimate(space, c, flat, 1).predicted()}
+        options |= {"order": planner_order(space, flat, 1), "predict": lambda c: estimate(space, c, flat, 1).predicted()}
     elif strategy == "autotune-1-prior":  # the default prior cut to its first candidate: more room for TPE
         full = planner_order(space, table.hardware, 1)
-        options = {"order": lambda cs: full(cs)[:1], "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
+        options |= {"order": lambda cs: full(cs)[:1], "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
     elif strategy == "tpe":
-        options = {}
+        pass
     elif strategy == "random":
-        options = {"sampler": optuna.samplers.RandomSampler(seed=seed)}
+        options |= {"sampler": optuna.samplers.RandomSampler(seed=seed)}
     elif strategy == "grid":
-        options = {"first": table.grid, "sampler": optuna.samplers.RandomSampler(seed=seed)}
+        options |= {"first": table.grid, "sampler": optuna.samplers.RandomSampler(seed=seed)}
     elif strategy == "gp":
-        options = {"sampler": optuna.samplers.GPSampler(seed=seed)}
+        options |= {"sampler": optuna.samplers.GPSampler(seed=seed)}
     else:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     tuner = Tuner(
@@ -278,10 +287,11 @@ def replay_one(
     launched = {t.candidate.key() for t in outcome.trials if t.status in ("ok", "failed")}
     pruned = len({t.candidate.key() for t in outcome.trials if t.status == "skipped"} - launched)  # distinct, never launched
     dominated = sum(1 for t in outcome.trials if t.dominated)
+    gated = sum(1 for t in outcome.trials if t.status == "ok" and not t.dominated and t.accuracy_from is None)
     store.db.close()
     return Replay(
         strategy=strategy, seed=seed, budget=budget, pick=best.candidate.label() if best else None,
-        ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated,
+        ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated, gated=gated,
         tied=best is not None and best.candidate.key() in table.tied,
     )
 
@@ -339,6 +349,11 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
                 "launches_median": lmed, "launches_q1": l1, "launches_q3": l3,
                 "pruned_median": statistics.median(r.pruned for r in mine),
                 "dominated_mean": statistics.fmean(r.dominated for r in mine),
+                "gated_mean": statistics.fmean(r.gated for r in mine),
+                "same_pick_as_default": (
+                    sum(a.pick == b.pick for a, b in zip(default, mine)) / len(mine)
+                    if strategy != "autotune" and len(default) == len(mine) else None
+                ),
                 "autotune_better_p": p,
             })
     goal = [
@@ -375,15 +390,17 @@ def render(summary: dict) -> str:
         f"{summary['optimum']:.2f} ({summary['optimum_config']}); baseline at {summary['baseline_ratio']:.3f}",
         f"launch noise of the table {summary['launch_noise']}; {summary['tied_with_optimum']} candidates cannot be "
         f"told from the optimum within it (down to {summary['tied_min_ratio']:.3f} of it)",
-        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} {'p(autotune>)':>12}",
+        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
+        f"{'gated':>5} {'same pick':>9} {'p(autotune>)':>12}",
     ]
     for r in summary["rows"]:
-        p = r["autotune_better_p"]
+        p, same = r["autotune_better_p"], r["same_pick_as_default"]
         lines.append(
             f"{r['budget']:>3} ({r['budget_share']:.0%}) {r['strategy']:<9} "
             f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
             f"{r['tied_with_optimum']:>5.0%} "
             f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
+            f"{r['gated_mean']:>5.1f} {'-' if same is None else f'{same:.0%}':>9} "
             f"{'-' if p is None else f'{p:.2g}':>12}"
         )
     goal = summary["goal"]

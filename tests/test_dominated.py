@@ -1,4 +1,4 @@
-"""A candidate that cannot beat the incumbent within launch noise skips its gates (issue 12, item 4)."""
+"""A candidate that cannot rank above the incumbent skips its gates (issue 12, item 4)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ def _trial(number: int, objective: float, **extra) -> TrialResult:
 def test_below_the_incumbent_beyond_two_standard_errors_is_dominated():
     check = dominated_check(_trial(3, 40.0), NOISE)
     assert check is not None
-    assert check(30.0) and "incumbent trial 3" in check(30.0)  # x0.75
-    assert check(36.0) is None  # x0.90: inside the noise, the gates run
-    assert check(45.0) is None  # faster: it may become the best
+    assert check(30.0, 30.0) and "incumbent trial 3" in check(30.0, 30.0)  # x0.75
+    assert check(45.0, 45.0) is None  # faster: it may become the best
 
 
-def test_unknown_noise_or_no_incumbent_dominates_nothing():
+def test_no_incumbent_dominates_nothing():
     assert dominated_check(None, NOISE) is None
-    assert dominated_check(_trial(1, 40.0), None) is None
+    assert dominated_check(None, None) is None
+    assert dominated_check(_trial(1, 40.0).model_copy(update={"score": None}), NOISE) is None
 
 
 def test_a_dominated_trial_keeps_its_numbers_but_is_never_ranked_and_says_why():
@@ -39,3 +39,54 @@ def test_a_dominated_trial_keeps_its_numbers_but_is_never_ranked_and_says_why():
     assert verdict(judged).startswith("dominated: 25.0 vs incumbent trial 1")
     assert judged.objective == 25.0 and not judged.feasible
     assert rank([judged]) == []
+
+
+def test_on_a_fresh_host_a_candidate_below_the_incumbent_still_skips_its_gates():
+    """The study ranks eligible trials by score, so one whose score is not above the incumbent's can
+    never rank first, noise known or not: its gates would not change the pick."""
+    check = dominated_check(_trial(3, 40.0), None)
+    assert check is not None
+    why = check(38.0, 38.0)
+    assert why and "incumbent trial 3" in why and "cannot rank first" in why
+    assert check(40.0, 40.0)  # a tie in score goes to the earlier trial
+    assert check(45.0, 45.0) is None  # faster: it may become the best, the gates run
+    assert check(45.0, 39.0) and not check(39.0, 41.0)  # the score decides, as it does in rank()
+
+
+def test_inside_the_noise_is_said_apart_from_beyond_it():
+    check = dominated_check(_trial(3, 40.0), NOISE)
+    assert check is not None
+    assert "beyond the launch noise" in check(30.0, 30.0)
+    inside = check(38.0, 38.0)
+    assert "inside the launch noise" in inside and "cannot rank first" in inside
+
+
+def test_the_sampler_is_not_told_that_skipped_gates_failed():
+    from autotune.score import constraint_values
+
+    slow = _trial(2, 25.0, dominated="25.0 vs incumbent trial 1 40.0: x0.62; cannot rank first")
+    judged = slow.model_copy(update={"gates": evaluate_gates(slow, _trial(0, 20.0), Gates())})
+    assert judged.gates and all(g.status == "unchecked" for g in judged.gates)
+    assert set(constraint_values(judged).values()) == {0.0}  # unknown, not failed: its speed still teaches
+    missing = _trial(4, 25.0).model_copy(update={"gates": evaluate_gates(_trial(4, 25.0), _trial(0, 20.0), Gates())})
+    assert set(constraint_values(missing).values()) == {1.0}  # measured nothing, not skipped: infeasible
+
+
+def test_show_lists_a_dominated_trial_tied_with_the_best_and_says_its_gates_were_skipped():
+    from rich.console import Console
+
+    from autotune.report import print_best
+    from autotune.study import StudyOutcome
+
+    base = _trial(0, 20.0, gates=[])
+    best = _trial(1, 40.0)
+    close = _trial(2, 38.0, dominated="38.0 vs incumbent trial 1 40.0: x0.95, inside the launch noise")
+    far = _trial(3, 22.0, dominated="22.0 vs incumbent trial 1 40.0: x0.55, below it beyond the launch noise")
+    outcome = StudyOutcome(name="s", trials=[base, best, close, far], ranked=[best, base], baseline=base,
+                           skipped_reasons={}, noise=NOISE)
+    console = Console(record=True, width=200)
+    print_best(console, outcome)
+    text = console.export_text()
+    assert "best: trial 1" in text
+    assert "tied with the best within the launch noise: trial(s) 2 (gates skipped)" in text
+    assert "3" not in text.split("tied with the best")[1].split("\n")[0]  # beyond the noise: not tied

@@ -123,19 +123,26 @@ def test_a_table_that_does_not_cover_its_grid_is_refused(tmp_path):
     assert out.stderr.count("\n") == 1 and f"does not cover 1 of {grid} candidates" in out.stderr
 
 
-def test_on_a_host_that_knows_its_noise_slow_candidates_skip_their_gates(sq, table, tmp_path):
+def test_candidates_that_cannot_rank_first_skip_their_gates_and_the_pick_stays(sq, table, tmp_path):
     from autotune.store import Store
 
     budget = len(table.grid)
-    plain = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "plain")
-    run = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True)
-    assert plain.dominated == 0  # a fresh host: no launch noise known, every candidate takes the gates
-    assert run.dominated >= 1 and run.launches == plain.launches
-    trials = Store(tmp_path / "noise" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}")
+    every = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "every", skip_dominated=False)
+    fresh = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "fresh")
+    known = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True)
+    ok = [t for t in Store(tmp_path / "every" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
+    assert every.dominated == 0 and every.gated == len(ok) > 1
+    # a fresh host knows no launch noise, yet a score below the incumbent's can never rank first
+    assert fresh.dominated >= 1 and fresh.gated + fresh.dominated == every.gated
+    assert fresh.pick == every.pick == known.pick  # what can never be best was never the pick
+    assert known.launches == fresh.launches == every.launches
+    trials = Store(tmp_path / "fresh" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}")
     skipped = [t for t in trials if t.dominated]
     assert all(t.qeval is None and t.needle is None and t.objective for t in skipped)
     assert trials[0].dominated is None  # the qeval reference always takes the gates
-    assert run.pick == plain.pick  # what can never be best was never the pick
+    assert all("launch noise not measured" in t.dominated for t in skipped)
+    noisy = [t for t in Store(tmp_path / "noise" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.dominated]
+    assert noisy and all("launch noise" in t.dominated and "not measured" not in t.dominated for t in noisy)
 
 
 def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, table, tmp_path):
@@ -146,7 +153,8 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
     neutral.space = neutral.space.model_copy(update={"knobs": knobs})
     neutral.launched_failure_implicates()
     budget = len(table.grid)
-    run = sq.replay_one(neutral, "grid", seed=0, budget=budget, workdir=tmp_path)
+    # every launch takes its gates here, so each n_threads=1 sibling is a donor
+    run = sq.replay_one(neutral, "grid", seed=0, budget=budget, workdir=tmp_path, skip_dominated=False)
     trials = [t for t in Store(tmp_path / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
     by_number = {t.number: t for t in trials}
     reused = [t for t in trials if t.accuracy_from is not None]
@@ -159,4 +167,4 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
         assert t.qeval == donor.qeval
     assert all("reused from trial" in g.detail for t in reused for g in t.gates)
     assert trials[0].accuracy_from is None  # the reference measures its own
-    assert run.launches == sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b").launches
+    assert run.launches == sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b", skip_dominated=False).launches

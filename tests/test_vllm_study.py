@@ -152,3 +152,20 @@ def test_time_budget_skips_a_confirmation_that_would_not_fit(fake, tmp_path, cap
     out = capsys.readouterr().out
     assert "stopped early: confirmation skipped: time budget" in out
     assert Store(db).confirmation("c") is None
+
+
+def test_gates_run_only_where_they_can_change_the_pick_unless_asked_for_every_trial(fake, tmp_path, capsys):
+    common = ["search", "--space", str(fake), "--trials", "3", "--confirm-rounds", "0", "--noise-relaunches", "0"]
+    db = tmp_path / "default.db"
+    assert main([*common, "--db", str(db), "--study", "d"]) == 0, capsys.readouterr().out
+    ok = [t for t in Store(db).trials("d") if t.status == "ok"]
+    assert len(ok) == 2 and ok[0].qeval is not None  # the baseline is qeval's reference: always gated
+    for t in ok[1:]:  # the other either could rank first (gated) or could not (dominated, no accuracy)
+        if t.dominated:
+            assert t.score <= ok[0].score and t.qeval is None and t.needle is None and "cannot rank first" in t.dominated
+        else:
+            assert t.score > ok[0].score and t.qeval is not None
+    every = tmp_path / "every.db"
+    assert main([*common, "--db", str(every), "--study", "e", "--gate-every-trial"]) == 0
+    ok = [t for t in Store(every).trials("e") if t.status == "ok"]
+    assert len(ok) == 2 and all(t.qeval is not None and not t.dominated for t in ok)
