@@ -20,9 +20,7 @@ from autotune.models import Candidate, RequestResult, SearchSpace
 from autotune.store import Store
 
 
-# engine start to healthy when nothing was measured yet: guesses, said as such in the forecast
-PROMPTS_PER_SET_SHIPPED = 3
-QEVAL_PROMPT_TOKENS_GUESS = 400  # a few-shot qeval prompt, roughly  # autotune/bench/prompts/*.yaml hold at least this many prompts each
+PROMPTS_PER_SET_SHIPPED = 3  # autotune/bench/prompts/*.yaml hold at least this many prompts each
 
 
 class RunForecast(BaseModel):
@@ -102,21 +100,25 @@ def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]
 
 
 def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | None, prefill_tps: float | None) -> float:
-    """A rough upper guess of one trial: startup + every request's output at full length."""
-    from autotune.space import context_tokens
+    """A rough upper guess of one trial: startup + every request's output at full length, and
+    every prompt token at the prefill rate (the baseline's context; the study's needle test)."""
+    from autotune.space import baseline, context_tokens, needle_lengths
 
     work = space.workload
-    ctx = context_tokens(space, Candidate(engine=space.engine, params={}))
+    ctx = context_tokens(space, baseline(space))
     phases = workload_requests(space, ctx)
     decode_requests = sum(n for p, n in phases.items() if p.startswith("decode"))
     out_tokens = decode_requests * work.decode_max_tokens + phases.get("warm-up", 0) * 16
     in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
     if accuracy and space.gates.qeval:
-        out_tokens += phases["qeval"] * space.gates.qeval.max_tokens // 2
-        in_tokens += phases["qeval"] * QEVAL_PROMPT_TOKENS_GUESS
+        from autotune.bench.qeval import request_tokens_guess
+
+        prompt, answers = request_tokens_guess(space.gates.qeval, space.model.prompt_style)
+        out_tokens += answers // 2  # most answers stop well inside their budget
+        in_tokens += prompt
     if accuracy and space.gates.needle:
         out_tokens += phases.get("needle", 0) * space.gates.needle.max_tokens
-        in_tokens += phases.get("needle", 0) * ctx // 2
+        in_tokens += len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
     tps = decode_tps or 20.0
     pps = prefill_tps or 200.0
     return get_engine(space.engine).startup_guess_s + out_tokens / tps + in_tokens / pps

@@ -103,6 +103,25 @@ def test_workload_requests_match_the_space():
     assert phases["needle"] == 3 * 3  # 3 length fractions x 3 depths
 
 
+def test_the_first_guess_counts_the_needle_test_the_study_runs_not_the_models_whole_context():
+    """The default study's first forecast said ~34 min per launch on the 2-core VM where a trial
+    takes ~5 (docs/measurements.md): it priced each needle case at half the model's context
+    (32K) instead of the study's needle lengths (512 / 1024 / 1843 tokens at n_ctx 2048)."""
+    from autotune.progress import workload_guess_s
+
+    space = load_space("llamacpp-gemma3-270m")
+    wider = space.model_copy(update={"model": space.model.model_copy(update={"context_max": 131072})})
+    guess = workload_guess_s(space, True, 20.0, 100.0)
+    assert workload_guess_s(wider, True, 20.0, 100.0) == pytest.approx(guess)  # same needle test, same work
+    without = space.model_copy(update={"gates": space.gates.model_copy(update={"needle": None})})
+    from autotune.space import needle_lengths
+
+    needle_in = len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
+    needle_out = workload_requests(space, 2048)["needle"] * space.gates.needle.max_tokens
+    assert guess - workload_guess_s(without, True, 20.0, 100.0) == pytest.approx(needle_in / 100.0 + needle_out / 20.0)
+    assert guess < 15 * 60
+
+
 SPACE = """
 name: forecast-test
 engine: llamacpp

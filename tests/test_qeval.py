@@ -258,3 +258,18 @@ def test_run_qeval_counts_unanswered_tasks_as_wrong() -> None:
     assert 10 < len(timed_out) < 40
     assert all(not rep.results[t] for t in timed_out)
     assert rep.total == 40
+
+
+def test_the_forecasts_token_guess_is_the_task_set_it_would_send():
+    from autotune.bench.qeval import CHARS_PER_TOKEN_GUESS, completion_prompt, few_shot_examples, request_tokens_guess
+    from autotune.models import QevalConfig
+
+    cfg = QevalConfig(tasks=12, max_tokens=40)
+    tasks = build_tasks(12, cfg.seed)
+    chat_in, budget = request_tokens_guess(cfg, "chat")
+    assert chat_in == sum(len(t.prompt) for t in tasks) // CHARS_PER_TOKEN_GUESS
+    assert budget == sum(min(t.max_tokens, 40) for t in tasks) <= 12 * 40
+    few_shot_in, _ = request_tokens_guess(cfg, "completion")
+    shots = few_shot_examples(tasks[0].category, cfg.seed, {t.prompt for t in tasks})
+    assert few_shot_in > chat_in  # base models get solved examples before each question
+    assert len(completion_prompt(tasks[0], shots)) > len(tasks[0].prompt)

@@ -368,6 +368,22 @@ def completion_prompt(task: QevalTask, shots: list[QevalTask]) -> str:
     return "\n\n".join(parts)
 
 
+CHARS_PER_TOKEN_GUESS = 4  # English text and digits, roughly: for forecasts only, never for measuring
+
+
+def request_tokens_guess(cfg: QevalConfig, prompt_style: str) -> tuple[int, int]:
+    """(prompt tokens, answer budget tokens) of the study's task set, as run_qeval would send it:
+    the prompt from its characters, the answer budget summed per task. For the forecast."""
+    tasks = build_tasks(cfg.tasks, cfg.seed)
+    if prompt_style == "completion":
+        prompts = {t.prompt for t in tasks}
+        shots = {c: few_shot_examples(c, cfg.seed, prompts) for c in {t.category for t in tasks}}
+        chars = sum(len(completion_prompt(t, shots[t.category])) for t in tasks)
+    else:
+        chars = sum(len(t.prompt) for t in tasks)
+    return chars // CHARS_PER_TOKEN_GUESS, sum(min(t.max_tokens, cfg.max_tokens) for t in tasks)
+
+
 # ---------------------------------------------------------------- answer parsing
 
 _ANSWER = re.compile(r"^[\s>*_#-]*answer[\s*_]*:", re.IGNORECASE | re.MULTILINE)
