@@ -170,7 +170,9 @@ class RichReporter:
             if failed_gates:
                 line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
             unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
-            if unchecked_gates:
+            if unchecked_gates and result.dominated:
+                line += f" [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
+            elif unchecked_gates:
                 line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:
             line = f"  [red]{verdict(result)}[/]"

@@ -199,6 +199,23 @@ def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_pa
     assert "ETA 6.0 min (median trial 2.0 min x 1 left + 2 confirmation launches)" in out
 
 
+def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
+    from autotune.models import GateOutcome, Measurement
+
+    console = Console(record=True, width=300, force_terminal=False)
+    reporter = RichReporter(console, log_dir=tmp_path)
+    cand = Candidate(engine="llamacpp", params={"n_threads": 2})
+    why = "36.1 vs incumbent trial 1 40.5: x0.89, launch noise not measured on this host yet; its score cannot rank first"
+    skipped = [GateOutcome(gate=g, status="unchecked", detail=f"skipped, dominated: {why}") for g in ("needle", "qeval")]
+    decode = Measurement(name="decode_tps.prose", unit="tok/s", condition="c", samples=[36.1], median=36.1, mad=0.0)
+    reporter.trial_started(2, 3, 10, cand)
+    reporter.trial_finished(TrialResult(study="f", number=2, candidate=cand, status="ok", objective=36.1, score=36.1,
+                                        measurements=[decode], dominated=why, gates=skipped, duration_s=103.0), None)
+    reporter.close()
+    out = console.export_text()
+    assert f"needle, qeval skipped, dominated: {why}" in out and "unchecked" not in out
+
+
 class Recorder:
     """A Reporter that keeps every event text."""
 
