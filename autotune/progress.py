@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient, Messages
 from autotune.engines import get_engine
-from autotune.models import Candidate, RequestResult, SearchSpace
+from autotune.models import RequestResult, SearchSpace
 from autotune.store import Store
 
 
