@@ -125,3 +125,26 @@ def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(fake, tmp_pat
     assert len(Store(db).trials("fake-dummy-launch1")) == 1
     gt.main(argv)
     assert [t.status for t in Store(db).trials("fake-dummy-launch1")] == ["ok", "ok"]
+
+
+def test_ground_truth_gates_every_candidate_it_measures(fake, tmp_path, monkeypatch):
+    """The table needs every accuracy trial's needle and qeval, so the ground truth must not skip
+    the gates of candidates slower than the incumbent, as a study does."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
+    gt = importlib.util.module_from_spec(spec)
+    sys.modules["ground_truth"] = gt
+    spec.loader.exec_module(gt)
+    calls: list[dict] = []
+    real_run = gt.search.run
+
+    def recording_run(plan, **kwargs):
+        calls.append(kwargs)
+        return real_run(plan, **kwargs)
+
+    monkeypatch.setattr(gt.search, "run", recording_run)
+    gt.main(["measure", "--space", str(fake()), "--db", str(tmp_path / "gt.db"), "--logs", str(tmp_path / "logs"),
+             "--launches", "1", "--no-accuracy", "--hardware", "h200"])
+    assert calls and all(c.get("skip_dominated") is False for c in calls)
