@@ -357,6 +357,12 @@ def few_shot_examples(category: str, seed: int, avoid: set[str]) -> list[QevalTa
     return shots
 
 
+def shots_by_category(tasks: list[QevalTask], seed: int) -> dict[str, list[QevalTask]]:
+    """The solved examples each category of the task set gets, none of them a prompt of the set."""
+    prompts = {t.prompt for t in tasks}
+    return {c: few_shot_examples(c, seed, prompts) for c in {t.category for t in tasks}}
+
+
 def _answer_text(task: QevalTask) -> str:
     return f"\n{task.expected}" if "\n" in task.expected else f" {task.expected}"
 
@@ -376,8 +382,7 @@ def request_tokens_guess(cfg: QevalConfig, prompt_style: str) -> tuple[int, int]
     the prompt from its characters, the answer budget summed per task. For the forecast."""
     tasks = build_tasks(cfg.tasks, cfg.seed)
     if prompt_style == "completion":
-        prompts = {t.prompt for t in tasks}
-        shots = {c: few_shot_examples(c, cfg.seed, prompts) for c in {t.category for t in tasks}}
+        shots = shots_by_category(tasks, cfg.seed)
         chars = sum(len(completion_prompt(t, shots[t.category])) for t in tasks)
     else:
         chars = sum(len(t.prompt) for t in tasks)
@@ -503,8 +508,7 @@ async def run_qeval(
         raise ConfigError(f"qeval concurrency must be at least 1, got {concurrency}")
     tasks = build_tasks(cfg.tasks, cfg.seed)
     extra = request_extra or {}
-    prompts = {t.prompt for t in tasks}
-    shots = {c: few_shot_examples(c, cfg.seed, prompts) for c in {t.category for t in tasks}}
+    shots = shots_by_category(tasks, cfg.seed)
     deadline = clock() + cfg.timeout_s
     gate = asyncio.Semaphore(concurrency)
     results: dict[str, bool] = {}
