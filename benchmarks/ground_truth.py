@@ -2,7 +2,8 @@
 
     python benchmarks/ground_truth.py measure --space benchmarks/spaces/llamacpp-gemma3-270m-gt48.yaml \
         --db benchmarks/gt/runs.db --launches 2
-    python benchmarks/ground_truth.py export --db benchmarks/gt/runs.db --out benchmarks/data/FILE.json
+    python benchmarks/ground_truth.py export --db benchmarks/gt/runs.db --out benchmarks/data/FILE.json \
+        --space-file benchmarks/spaces/SPACE.yaml   # needed where the model is a shape directory
 
 `measure` runs the study machinery itself (autotune.search `prepare` / `run`): one throughput-only
 study per launch repeat (`<space>-launch1`, `-launch2`, ...), each with the whole grid queued in
@@ -14,7 +15,9 @@ spread over the sitting and an interrupted run resumes where it stopped (re-run 
 
 `export` turns the studies into the table (benchmarks/data/*.json) that benchmarks/search_quality.py
 replays: per candidate its launches (status, objective, score, failure), its numerics class and
-that class's accuracy evidence, and the conditions (date, machine, command, load average).
+that class's accuracy evidence, and the conditions (date, machine, command, load average). The
+hardware profile and the machine come from runs.db (the studies' --hardware, the hosts they ran
+on), so a table measured on a lent GPU machine can be exported anywhere.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import search
 from autotune.device import detect
+from autotune.errors import ConfigError
 from autotune.hardware import resolve_hardware
-from autotune.models import Candidate, SearchSpace, TrialResult, utc_now
+from autotune.models import Candidate, HardwareProfile, SearchSpace, TrialResult, utc_now
 from autotune.space import baseline, enumerate_candidates, load_space
 from autotune.store import Store
 
@@ -68,6 +71,15 @@ def study_names(space: SearchSpace, launches: int) -> tuple[list[str], str]:
     return [f"{space.name}-launch{i + 1}" for i in range(launches)], f"{space.name}-accuracy"
 
 
+def next_launch_guess_s(took: list[float]) -> float:
+    """How long the sitting's next launch is assumed to take: its longest launch after the first,
+    which alone pays a fresh machine's cold compile (measured on the H200: 251-281 s, then
+    72-140 s); with only that first launch, as long as it."""
+    if not took:
+        return 0.0
+    return max(took[1:]) if len(took) > 1 else took[0]
+
+
 def measure(args: argparse.Namespace) -> None:
     space = load_space(args.space)
     grid = list(enumerate_candidates(space))
@@ -90,7 +102,7 @@ def measure(args: argparse.Namespace) -> None:
         plans.append((plan_for(accuracy_name, True, accuracy_grid), accuracy_grid))
     print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
     sitting = time.monotonic()
-    longest = 0.0  # the longest launch of this sitting: the next one is assumed to take as long
+    took: list[float] = []  # this sitting's launches, in seconds
     for k in range(1, len(grid) + 1):
         upto = {c.key() for c in grid[:k]}
         for plan, queue in plans:
@@ -102,13 +114,14 @@ def measure(args: argparse.Namespace) -> None:
                 continue
             launched = sum(1 for t in trials if t.status in ("ok", "failed"))
             t0 = time.monotonic()
-            if args.time_budget is not None and longest and t0 - sitting + longest > args.time_budget * 60:
-                print(f"stopped: time budget ({args.time_budget} min; a launch takes ~{longest:.0f} s here); "
+            guess = next_launch_guess_s(took)
+            if args.time_budget is not None and guess and t0 - sitting + guess > args.time_budget * 60:
+                print(f"stopped: time budget ({args.time_budget} min; a launch takes ~{guess:.0f} s here); "
                       "run the same command to go on", flush=True)
                 return
             # every candidate takes its gates: the table needs them, a study's "cannot rank first" does not apply
             outcome = search.run(plan, trials=launched + len(missing), seed=0, noise_relaunches=0, skip_dominated=False)
-            longest = max(longest, time.monotonic() - t0)
+            took.append(time.monotonic() - t0)
             last = outcome.trials[-1] if outcome.trials else None
             status = f"{last.status} {last.objective or last.reason or ''}" if last else "-"
             print(f"{utc_now()} {plan.study} k={k} load={os.getloadavg()[0]:.2f} "
@@ -132,6 +145,28 @@ def _launch_record(t: TrialResult) -> dict:
     }
 
 
+def measured_on(store: Store, study_names: list[str]) -> tuple[HardwareProfile, str]:
+    """The hardware profile the studies ran under and the hosts they ran on, from runs.db: a table
+    measured on a lent GPU machine is exported elsewhere. The profile with this host's detected
+    memory and cores only where this host is the profile the studies named."""
+    rows = [store.study(name) for name in study_names]
+    name = rows[0]["hardware"]
+    try:
+        here = resolve_hardware("auto", detect())
+    except ConfigError:
+        here = None
+    profile = here if here is not None and here.name == name else resolve_hardware(name, None)
+    hosts = {r["key"]: r for r in store.db["hosts"].rows}
+    described = []
+    for key in dict.fromkeys(r["host_key"] for r in rows):
+        host = hosts.get(key)
+        if host is None:
+            continue
+        facts = json.loads(host["fingerprint"] or "{}")
+        described.append(f"{host['hostname']} (" + ", ".join(f"{k} {v}" for k, v in facts.items() if k != "hostname" and v) + ")")
+    return profile, "; ".join(described) or "unknown (runs.db records no host)"
+
+
 def export(args: argparse.Namespace) -> None:
     store = Store(args.db, must_exist=True)
     row = next((s for s in store.studies() if s["name"].endswith("-launch1")), None)
@@ -141,6 +176,7 @@ def export(args: argparse.Namespace) -> None:
     launch_names = sorted(s["name"] for s in store.studies() if s["name"].startswith(f"{space.name}-launch"))
     accuracy_name = f"{space.name}-accuracy"
     grid = list(enumerate_candidates(space))
+    hardware, machine = measured_on(store, launch_names)
     by_key: dict[str, dict] = {c.key(): {"params": dict(c.params), "env": dict(c.env), "launches": [], "skipped": []} for c in grid}
     for name in launch_names:
         for t in store.trials(name):
@@ -174,8 +210,12 @@ def export(args: argparse.Namespace) -> None:
     for key, record in accuracy.items():
         digests.setdefault(record["answers_digest"], []).append(key)
     learned = [dict(r) for r in store.db["failures"].rows] if "failures" in store.db.table_names() else []
-    # the model file's path on the measuring machine is not part of the table (the package names the model)
-    portable = space.model_copy(update={"model": space.model.model_copy(update={"path": None})})
+    # the model file's path on the measuring machine is not part of the table: the package names
+    # the model, or (a shape directory of this repo) the space file's own relative path
+    shipped = load_space(args.space_file).model.path if args.space_file else None
+    if space.model.package is None and shipped is None:
+        sys.exit(f"{space.model.name} comes from no package: pass --space-file (the space's YAML in this repo)")
+    portable = space.model_copy(update={"model": space.model.model_copy(update={"path": shipped if space.model.package is None else None})})
     table = {
         "space": portable.model_dump(mode="json"),
         "space_file": args.space_file,
@@ -183,7 +223,7 @@ def export(args: argparse.Namespace) -> None:
         "baseline_key": baseline(space).key(),
         "knobs": {k.name: list(k.values) for k in space.knobs},
         "neutral_knobs": list(NEUTRAL_KNOBS),
-        "hardware": resolve_hardware(space.hardware, detect()).model_dump(mode="json"),
+        "hardware": hardware.model_dump(mode="json"),
         "candidates": [{"key": key, **entry, "numerics_class": numerics_key(space, Candidate.model_validate({"engine": space.engine, "params": entry["params"], "env": entry["env"]}))} for key, entry in by_key.items()],
         "accuracy": accuracy,
         "neutral_checks": neutral_checks,
@@ -193,7 +233,7 @@ def export(args: argparse.Namespace) -> None:
             "exported_at": utc_now(),
             "first_trial_at": min((l["started_at"] for e in by_key.values() for l in e["launches"] if l["started_at"]), default=None),
             "last_trial_at": max((l["started_at"] for e in by_key.values() for l in e["launches"] if l["started_at"]), default=None),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+            "machine": machine,
             "command": args.command or "",
             "load_average": args.load or "",
             "engine_version": next((l["result"].get("engine_version") for e in by_key.values() for l in e["launches"]), None),
@@ -212,10 +252,10 @@ def slice_table(table: dict, fixed: dict[str, str]) -> dict:
     chosen = {}
     for knob in space.knobs:
         if knob.name in fixed:
-            value = next((v for v in knob.values if str(v).lower() == fixed[knob.name].lower()), None)
-            if value is None:
+            matches = [v for v in knob.values if str(v).lower() == fixed[knob.name].lower()]
+            if not matches:  # (a knob's value may itself be null: "none" fixes it)
                 raise SystemExit(f"knob {knob.name} has no value {fixed[knob.name]!r}")
-            chosen[knob.name] = value
+            chosen[knob.name] = matches[0]
     unknown = set(fixed) - set(chosen)
     if unknown:
         raise SystemExit(f"no knob {sorted(unknown)[0]!r} in {space.name}")

@@ -7,6 +7,8 @@ says accuracy does not apply. The fake computes nothing: its numbers mean nothin
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,16 @@ workload:
 objective: {{metric: decode_tps_prose}}
 gates: {{needle: null, qeval: null}}
 """
+
+
+@pytest.fixture
+def gt():
+    """benchmarks/ground_truth.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ground_truth"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
@@ -107,16 +119,9 @@ def test_completion_style_sends_throughput_requests_as_raw_prompts(fake, tmp_pat
     assert '"POST /v1/completions' in served and "/v1/chat/completions" not in served
 
 
-def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(fake, tmp_path, capsys):
+def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(gt, fake, tmp_path, capsys):
     """A GPU sitting is 10 minutes a call: `measure --time-budget` starts no launch after the
     budget (at least one per sitting), and the next sitting goes on where it stopped."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
-    gt = importlib.util.module_from_spec(spec)
-    sys.modules["ground_truth"] = gt
-    spec.loader.exec_module(gt)
     db = tmp_path / "gt.db"
     argv = ["measure", "--space", str(fake()), "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "1",
             "--no-accuracy", "--hardware", "h200", "--time-budget", "0.001"]
@@ -127,16 +132,9 @@ def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(fake, tmp_pat
     assert [t.status for t in Store(db).trials("fake-dummy-launch1")] == ["ok", "ok"]
 
 
-def test_ground_truth_gates_every_candidate_it_measures(fake, tmp_path, monkeypatch):
+def test_ground_truth_gates_every_candidate_it_measures(gt, fake, tmp_path, monkeypatch):
     """The table needs every accuracy trial's needle and qeval, so the ground truth must not skip
     the gates of candidates slower than the incumbent, as a study does."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
-    gt = importlib.util.module_from_spec(spec)
-    sys.modules["ground_truth"] = gt
-    spec.loader.exec_module(gt)
     calls: list[dict] = []
     real_run = gt.search.run
 
@@ -148,3 +146,42 @@ def test_ground_truth_gates_every_candidate_it_measures(fake, tmp_path, monkeypa
     gt.main(["measure", "--space", str(fake()), "--db", str(tmp_path / "gt.db"), "--logs", str(tmp_path / "logs"),
              "--launches", "1", "--no-accuracy", "--hardware", "h200"])
     assert calls and all(c.get("skip_dominated") is False for c in calls)
+
+
+def test_ground_truth_export_names_the_measuring_machine_not_the_exporting_one(gt, fake, tmp_path):
+    """The H200 table is measured on a lent GPU machine and exported here: its hardware profile and
+    machine come from the study's runs.db (the study's --hardware, the hosts it ran on), not from
+    the machine that runs `export`."""
+    import json
+
+    import sqlite_utils
+
+    db = tmp_path / "gt.db"
+    gt.main(["measure", "--space", str(fake()), "--db", str(db), "--logs", str(tmp_path / "logs"),
+             "--launches", "1", "--no-accuracy", "--hardware", "h200"])
+    # as if measured elsewhere: the host row the GPU machine wrote
+    hosts = sqlite_utils.Database(db)["hosts"]
+    [host] = list(hosts.rows)
+    fingerprint = {"hostname": "gpu-box", "gpu": "1x NVIDIA H200", "compute_capability": "sm_90",
+                   "engine": "vllm", "engine_version": "0.26.0"}
+    hosts.update(host["key"], {"hostname": "gpu-box", "fingerprint": json.dumps(fingerprint)})
+    out = tmp_path / "table.json"
+    with pytest.raises(SystemExit, match="pass --space-file"):  # no package names the shape
+        gt.main(["export", "--db", str(db), "--out", str(out)])
+    gt.main(["export", "--db", str(db), "--out", str(out), "--space-file", str(fake())])
+    table = json.loads(out.read_text())
+    assert table["space"]["model"]["path"] == str(ROOT / "model_shapes" / "minimax-m2-12l")  # not the cache copy
+    assert table["hardware"]["name"] == "h200"
+    machine = table["conditions"]["machine"]
+    assert "gpu-box" in machine and "1x NVIDIA H200" in machine and "sm_90" in machine
+
+
+def test_ground_truth_sitting_guesses_the_next_launch_from_its_warm_launches(gt):
+    """A fresh machine's first launch pays the cold compile (251 s against 107-140 s after it on
+    the H200): after it, the sitting plans with its warm launches, so a 9.2-minute sitting holds a
+    third launch instead of stopping at two."""
+    assert gt.next_launch_guess_s([]) == 0.0
+    assert gt.next_launch_guess_s([251.0]) == 251.0  # nothing warm yet: as long as the first
+    assert gt.next_launch_guess_s([251.0, 117.0]) == 117.0
+    assert gt.next_launch_guess_s([251.0, 117.0, 140.0]) == 140.0  # the longest warm one
+    assert 251 + 117 + gt.next_launch_guess_s([251.0, 117.0]) < 9.2 * 60

@@ -168,3 +168,28 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
     assert all("reused from trial" in g.detail for t in reused for g in t.gates)
     assert trials[0].accuracy_from is None  # the reference measures its own
     assert run.launches == sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b", skip_dominated=False).launches
+
+
+H200 = ROOT / "benchmarks" / "data" / "gt-vllm-minimax-h200.json"
+
+
+def test_a_slice_can_fix_a_knob_at_its_null_value(tmp_path):
+    """`--fix quantization=none` keeps the unquantized half (a null value is a value, not 'no match')."""
+    gt = _module("ground_truth")
+    sliced = gt.slice_table(json.loads(H200.read_text()), {"quantization": "none", "kv_cache_dtype": "auto"})
+    assert len(sliced["candidates"]) == 4
+    assert all(c["params"].get("quantization") is None and c["params"]["kv_cache_dtype"] == "auto"
+               for c in sliced["candidates"])
+
+
+def test_a_table_of_a_space_without_gates_ranks_every_launched_candidate(sq, tmp_path):
+    """Dummy weights have no accuracy to gate: every candidate that launched is eligible, the
+    optimum is the best mean, and a full grid replay picks inside the table's noise of it."""
+    gt = _module("ground_truth")
+    data = gt.slice_table(json.loads(H200.read_text()), {"quantization": "none", "kv_cache_dtype": "auto"})
+    h200 = sq.Table(data)
+    means = {c["key"]: sum(l["objective"] for l in c["launches"]) / len(c["launches"]) for c in data["candidates"]}
+    assert h200.optimum == pytest.approx(max(means.values()))
+    assert all(v is not None for v in h200.truth.values())
+    run = sq.replay_one(h200, "grid", seed=0, budget=len(h200.grid), workdir=tmp_path)
+    assert run.launches == len(h200.grid) and run.pick is not None and run.tied

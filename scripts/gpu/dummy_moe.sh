@@ -56,10 +56,11 @@ gptoss)
   study vllm-gpt-oss-20b-dummy 560 9 --try quantization=fp8 --try quantization=fp8,kv_cache_dtype=fp8
   save ;;
 gt)        # 16 candidates x 2 launches, ~2 min each: about 3 sittings. Carry .gt-h200 (run's carry list)
+           # GT_LAUNCHES=1 fills one launch of every candidate first (launch1 study) before the repeats.
   install  # and copy $OUT/runs.db back to .gt-h200/runs.db after each sitting.
   mkdir -p .gt-h200 && cp .gt-h200/runs.db "$W/gt-runs.db" 2>/dev/null
   timeout 570 python3 benchmarks/ground_truth.py measure --space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml \
-    --db "$W/gt-runs.db" --logs "$W/logs" --launches 2 --no-accuracy --hardware h200 --time-budget 9.2 \
+    --db "$W/gt-runs.db" --logs "$W/logs" --launches "${GT_LAUNCHES:-2}" --no-accuracy --hardware h200 --time-budget 9.2 \
     > "$OUT/gt.txt" 2>&1
   echo "measure exit $?" >> "$OUT/gt.txt"
   DB=$W/gt-runs.db save ;;  # save brings the ground-truth db back as $OUT/runs.db
