@@ -126,6 +126,16 @@ def search(
             "(default: they are recorded as dominated and skip them)",
         ),
     ] = False,
+    gates_at_end: Annotated[
+        bool | None,
+        typer.Option(
+            "--gates-at-end/--gates-at-once",
+            help="defer the gates of a trial faster than the incumbent and run them at the end, in a relaunch "
+            "of the best by score only (walking down the ranking if they fail); default: at the end for "
+            "llama.cpp (a relaunch takes seconds), at once for vLLM (a launch takes minutes)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
     owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
@@ -158,6 +168,7 @@ def search(
             noise_relaunches=noise_relaunches,
             qeval_reference=qeval_reference,
             skip_dominated=not gate_every_trial,
+            gates_at_end=gates_at_end,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
             reporter=reporter,
             wait_s=float("inf") if wait else None,

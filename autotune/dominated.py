@@ -20,10 +20,16 @@ from autotune.noise import LaunchNoise, single_launch_limit
 DominatedCheck = Callable[[float, float], str | None]
 
 
-def dominated_check(incumbent: TrialResult | None, noise: LaunchNoise | None) -> DominatedCheck | None:
+def dominated_check(
+    incumbent: TrialResult | None, noise: LaunchNoise | None, incumbent_unchecked: bool = False
+) -> DominatedCheck | None:
+    """`incumbent_unchecked`: the incumbent's own gates are deferred (autotune.deferred), so this
+    trial ranks first only if they fail, and then its gates run at the end."""
     if incumbent is None or not incumbent.objective or incumbent.score is None:
         return None
     best, best_score = incumbent.objective, incumbent.score
+    tail = (f"its score ranks first only if trial {incumbent.number} fails its deferred gates, so its own run only then"
+            if incumbent_unchecked else "its score cannot rank first, so the gates were skipped")
 
     def check(objective: float, score: float) -> str | None:
         if objective <= 0 or score > best_score:
@@ -35,6 +41,6 @@ def dominated_check(incumbent: TrialResult | None, noise: LaunchNoise | None) ->
             where = f"below it beyond the launch noise ({noise.describe()}, 2 standard errors)"
         else:
             where = f"inside the launch noise ({noise.describe()}): tied at best"
-        return f"{gap}, {where}; its score cannot rank first, so the gates were skipped"
+        return f"{gap}, {where}; {tail}"
 
     return check

@@ -652,6 +652,13 @@ class TrialResult(Record):
     dominated: str | None = Field(
         None, description="why the gates were skipped: its throughput cannot beat the incumbent within launch noise"
     )
+    deferred: str | None = Field(
+        None, description="why the gates were deferred: they run at the end of the study, on the best by score only"
+    )
+    accuracy_relaunched: bool = Field(
+        False, description="needle and qeval were measured in a relaunch of this config at the end of the study "
+        "(its gates had been deferred), not in the launch whose throughput this trial reports",
+    )
     phase_s: dict[str, float] = Field(
         default_factory=dict,
         description="seconds per phase of the trial: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown",

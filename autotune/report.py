@@ -172,6 +172,8 @@ class RichReporter:
             unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
             if unchecked_gates and result.dominated:
                 line += f" [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
+            elif unchecked_gates and result.deferred:
+                line += f" [dim]{', '.join(unchecked_gates)} deferred: {result.deferred}[/]"
             elif unchecked_gates:
                 line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:
@@ -191,6 +193,10 @@ class RichReporter:
 
     def trial_skipped(self, result: TrialResult) -> None:
         self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
+
+    def relaunch_started(self, text: str) -> None:
+        self.console.print(f"[bold]{text}[/]")
+        self._start_status(text.split(":", 1)[0])
 
     def close(self) -> None:
         self._stop_status()
@@ -348,11 +354,15 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
     # dominated trials count too: below the best's score, but maybe not beyond the noise
-    others = [*outcome.ranked[1:], *(t for t in outcome.trials if t.status == "ok" and t.dominated)]
-    tied = [f"{t.number}{' (gates skipped)' if t.dominated else ''}" for t in others if t.objective and best.objective
-            and single_launch_inside(best.objective / t.objective, noise)]
+    skipped = [t for t in outcome.trials if t.status == "ok" and (t.dominated or t.deferred)]
+    others = [*outcome.ranked[1:], *(t for t in skipped if (t.score or 0.0) <= (best.score or 0.0))]
+    tied = [f"{t.number}{' (gates skipped)' if t.dominated or t.deferred else ''}" for t in others
+            if t.objective and best.objective and single_launch_inside(best.objective / t.objective, noise)]
     if tied:
         console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(tied)}")
+    ahead = [str(t.number) for t in skipped if (t.score or 0.0) > (best.score or 0.0)]
+    if ahead:  # e.g. the time budget ended the study before their deferred gates ran
+        console.print(f"  [yellow]faster by score, gates never run (unchecked): trial(s) {', '.join(ahead)}[/]")
     c = outcome.confirmation
     if c and c.best_trial == best.number:
         console.print(

@@ -71,15 +71,20 @@ def evaluate_gates(
     if result.status != "ok":
         return []
     outcomes = []
-    skipped = f"skipped, dominated: {result.dominated}" if result.dominated else None
+    skipped = (f"skipped, dominated: {result.dominated}" if result.dominated
+               else f"deferred: {result.deferred}" if result.deferred else None)
     measured = []
     if accuracy and gates.needle:
         measured.append(unchecked("needle", skipped) if skipped else needle_gate(result))
     if accuracy and gates.qeval:
         measured.append(unchecked("qeval", skipped) if skipped else qeval_outcome(result, reference, gates))
+    notes = []
     if result.accuracy_from is not None and not skipped:
-        note = f" (reused from trial {result.accuracy_from}: differs only in numerics-neutral knobs)"
-        measured = [g.model_copy(update={"detail": f"{g.detail or ''}{note}"}) for g in measured]
+        notes.append(f" (reused from trial {result.accuracy_from}: differs only in numerics-neutral knobs)")
+    if result.accuracy_relaunched and not skipped:
+        notes.append(" (measured in a relaunch of this config at the end of the study: its gates had been deferred)")
+    if notes:
+        measured = [g.model_copy(update={"detail": f"{g.detail or ''}{''.join(notes)}"}) for g in measured]
     outcomes.extend(measured)
     if gates.ttft_ms_max is not None:
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
@@ -90,9 +95,10 @@ def evaluate_gates(
 
 def constraint_values(result: TrialResult) -> dict[str, float]:
     """Optuna constraints (trial.set_constraint): <= 0 is feasible; one per gate. Gates a dominated
-    trial skipped are unknown, not failed: the sampler still learns from its speed (the ranking
-    never counts them as passed)."""
-    return {g.gate: 0.0 if g.passed or (result.dominated and g.status == "unchecked") else 1.0 for g in result.gates}
+    or deferred trial skipped are unknown, not failed: the sampler still learns from its speed (the
+    ranking never counts them as passed)."""
+    skipped = bool(result.dominated or result.deferred)
+    return {g.gate: 0.0 if g.passed or (skipped and g.status == "unchecked") else 1.0 for g in result.gates}
 
 
 def accuracy_status(trial: TrialResult) -> str:
@@ -122,6 +128,8 @@ def verdict(trial: TrialResult) -> str:
         return f"failed ({cls}): {reason}"
     if trial.dominated:
         return f"dominated: {trial.dominated}"
+    if trial.deferred:
+        return f"gates deferred, not run: {trial.deferred}"
     failed = [g for g in trial.gates if g.status == "fail"]
     if failed:
         return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)

@@ -342,6 +342,7 @@ def run(
     on_wait: Callable[[StudyOwner], None] | None = None,
     on_owned: Callable[[], None] | None = None,
     skip_dominated: bool = True,
+    gates_at_end: bool | None = None,
 ) -> StudyOutcome:
     """Run the study, owning it for the whole run: another process on the same study is refused
     (StudyBusy) or, with `wait_s`, waits that long for it."""
@@ -350,7 +351,8 @@ def run(
         if on_owned is not None:  # e.g. the forecast: printed once this process owns the study
             on_owned()
         return _run_owned(
-            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter, skip_dominated
+            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter, skip_dominated,
+            plan.ctx.engine.gates_at_end if gates_at_end is None else gates_at_end,
         )
 
 
@@ -364,6 +366,7 @@ def _run_owned(
     time_budget_s: float | None,
     reporter: Reporter | None,
     skip_dominated: bool = True,
+    gates_at_end: bool = False,
 ) -> StudyOutcome:
     assert plan.store is not None
     stored = plan.store.study_space(plan.study)
@@ -390,6 +393,7 @@ def _run_owned(
         reporter=reporter,
         budget=budget,
         skip_dominated=skip_dominated,
+        gates_at_end=gates_at_end,
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)

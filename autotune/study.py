@@ -21,6 +21,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import optuna
@@ -28,6 +29,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
+from autotune.deferred import gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, relaunch_label, settle
 from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
@@ -55,6 +57,8 @@ class Reporter(Protocol):
 
     def trial_skipped(self, result: TrialResult) -> None: ...
 
+    def relaunch_started(self, text: str) -> None: ...
+
 
 class SilentReporter:
     def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
@@ -67,6 +71,9 @@ class SilentReporter:
         pass
 
     def trial_skipped(self, result: TrialResult) -> None:
+        pass
+
+    def relaunch_started(self, text: str) -> None:
         pass
 
 
@@ -194,6 +201,7 @@ class Tuner:
         storage: optuna.storages.BaseStorage | None = None,
         launch: TrialLaunch = run_trial,
         skip_dominated: bool = True,
+        gates_at_end: bool = False,
     ) -> None:
         self.ctx = ctx
         self.store = store
@@ -210,6 +218,8 @@ class Tuner:
         self.storage = storage  # None: Optuna's tables in runs.db
         self.launch = launch
         self.skip_dominated = skip_dominated
+        # gates at the end (autotune.deferred) only where trials skip gates at all
+        self.gates_at_end = gates_at_end and skip_dominated and ctx.accuracy
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
@@ -387,8 +397,8 @@ class Tuner:
                 stage[0] = f"at: {text}"
                 self.reporter.trial_event(text)
 
-            check = self._dominated_check(trial.number)
             donor = self._accuracy_donor(candidate, trial.number)
+            check = self._dominated_check(trial.number, defer=donor is None)  # reusing costs nothing: no deferral
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
                 result = self.launch(ctx, candidate, trial.number, events, dominated=check, reuse=donor)
@@ -401,6 +411,7 @@ class Tuner:
             before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
             reference = reference_of(self.store, self.ctx.study, [*before, result])
             predicted = self.predict(candidate) if self.predict else {}
+            result = settle(result)
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
@@ -418,15 +429,50 @@ class Tuner:
             stopped = shared_cause(done, baseline(space)) if result.status == "failed" else None
             if stopped:
                 break
+        if self.gates_at_end:
+            gated = [t for t in self.store.trials(self.ctx.study) if t.needle or t.qeval]
+            stopped = self._gate_the_head(typical_trial_s(gated) or typical) or stopped
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 
-    def _dominated_check(self, number: int) -> DominatedCheck | None:
+    def _gate_the_head(self, typical: float | None) -> str | None:
+        """The deferred gates, run on the head of the ranking only (autotune.deferred)."""
+
+        def judged() -> list[TrialResult]:
+            return outcome_of(self.store, self.ctx.study).trials
+
+        def relaunch(trial: TrialResult, logs: Path) -> TrialResult:
+            self.reporter.relaunch_started(relaunch_label(trial.candidate, trial.number))
+            ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
+            donor = self._accuracy_donor(trial.candidate, trial.number)
+            return self.launch(ctx, trial.candidate, trial.number, self.reporter.trial_event, dominated=None, reuse=donor)
+
+        def save(merged: TrialResult, result: TrialResult) -> None:
+            reference = reference_of(self.store, self.ctx.study)
+            gates = evaluate_gates(merged, reference, self.ctx.space.gates, self.store.study_accuracy(self.ctx.study))
+            merged = merged.model_copy(update={"gates": gates})
+            self.store.save_trial(merged)
+            if result.status == "ok" and result.objective:
+                self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
+                                             result.objective, "gates relaunch", merged.number)
+            ranked = rank(judged())
+            self.reporter.trial_finished(merged, ranked[0] if ranked else None)
+
+        return gate_the_head(judged, relaunch, save, lambda: self.budget.refusal(typical, "a gates relaunch"),
+                             self.ctx.logs_dir)
+
+    def _dominated_check(self, number: int, defer: bool = True) -> DominatedCheck | None:
         """The rule that lets trial `number` skip its gates (None: they run): never for the qeval
-        reference, and only against an incumbent that passed its gates."""
+        reference; against an incumbent that passed its gates, or with gates at the end (and
+        `defer`) one that may still pass them, the trial deferring its own when it is faster."""
         if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
-        ranked = rank(self.store.trials(self.ctx.study))
+        trials = self.store.trials(self.ctx.study)
         noise = self.store.launch_noise(self.host_key, self.ctx.space.engine)
+        if self.gates_at_end:  # the incumbent may have its own gates still to run
+            head = optimistic_incumbent(trials)
+            check = dominated_check(head, noise, incumbent_unchecked=bool(head and head.deferred))
+            return lazy(check) if defer else check
+        ranked = rank(trials)
         return dominated_check(ranked[0] if ranked else None, noise)
 
     def _accuracy_donor(self, candidate: Candidate, number: int) -> TrialResult | None:

@@ -15,6 +15,8 @@ after the baseline), `random` (Optuna RandomSampler), `grid` (grid order), `tpe`
 planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
 it was before issue 12: the planner's order by prediction alone), `autotune-1-prior` (one queued
 candidate), `autotune-no-threads` (the default before the planner's CPU thread term),
+`autotune-gates-at-once` (the default, but a trial faster than the incumbent runs its gates in
+its own launch instead of deferring them to a relaunch of the final best: `search --gates-at-once`),
 `autotune-gate-all` (the default with every launch taking its accuracy gates: what skipping the
 gates of dominated candidates costs or changes; `same pick` says how often it picks what the
 default picks, seed for seed). Every strategy starts with the baseline
@@ -58,7 +60,8 @@ from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads", "autotune-gate-all")
+STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
+              "autotune-gate-all", "autotune-gates-at-once")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -212,7 +215,8 @@ class Replay(BaseModel):
     pruned: int
     tied: bool = False  # the pick cannot be told from the optimum within the table's own launch noise
     dominated: int = 0  # launches whose gates were skipped (score not above the incumbent's: cannot rank first)
-    gated: int = 0  # launches that ran their own accuracy gates (the expensive part of a trial)
+    gated: int = 0  # trials whose accuracy gates ran, in their own launch or a gates relaunch (the expensive part)
+    relaunches: int = 0  # gates relaunches at the end of the study (deferred gates): launches beyond the budget
 
 
 def gp_available() -> str | None:
@@ -234,7 +238,7 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
 
 def replay_one(
     table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False,
-    skip_dominated: bool = True,
+    skip_dominated: bool = True, gates_at_end: bool | None = None,
 ) -> Replay:
     space = table.space
     engine = get_engine(space.engine).use_space(space)
@@ -250,12 +254,16 @@ def replay_one(
     ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir)
     pruner = Pruner([rules, layout, needle_check(space, True), probes_check([]), fits_check(space, table.hardware, 1)])
 
-    options: dict = {"skip_dominated": skip_dominated}
-    if strategy in ("autotune", "autotune-gate-all"):  # exactly what `autotune search` gives its Tuner (search._run_owned)
+    # every strategy gates as `autotune search` would on this engine unless told otherwise
+    options: dict = {"skip_dominated": skip_dominated,
+                     "gates_at_end": engine.gates_at_end if gates_at_end is None else gates_at_end}
+    if strategy in ("autotune", "autotune-gate-all", "autotune-gates-at-once"):  # what `autotune search` gives its Tuner
         options |= {"order": planner_order(space, table.hardware, 1),
                     "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
         if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
             options["skip_dominated"] = False
+        if strategy == "autotune-gates-at-once":  # the default, but an incumbent's gates run in its own launch
+            options["gates_at_end"] = False
     elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands
         def plain(candidates: list[Candidate]) -> list[Candidate]:
             scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
@@ -289,11 +297,13 @@ def replay_one(
     launched = {t.candidate.key() for t in outcome.trials if t.status in ("ok", "failed")}
     pruned = len({t.candidate.key() for t in outcome.trials if t.status == "skipped"} - launched)  # distinct, never launched
     dominated = sum(1 for t in outcome.trials if t.dominated)
-    gated = sum(1 for t in outcome.trials if t.status == "ok" and not t.dominated and t.accuracy_from is None)
+    gated = sum(1 for t in outcome.trials if t.status == "ok" and (t.needle or t.qeval) and t.accuracy_from is None)
+    relaunches = sum(1 for t in outcome.trials if t.accuracy_relaunched)
     store.db.close()
     return Replay(
         strategy=strategy, seed=seed, budget=budget, pick=best.candidate.label() if best else None,
         ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated, gated=gated,
+        relaunches=relaunches,
         tied=best is not None and best.candidate.key() in table.tied,
     )
 
@@ -352,6 +362,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
                 "pruned_median": statistics.median(r.pruned for r in mine),
                 "dominated_mean": statistics.fmean(r.dominated for r in mine),
                 "gated_mean": statistics.fmean(r.gated for r in mine),
+                "relaunches_mean": statistics.fmean(r.relaunches for r in mine),
                 "same_pick_as_default": (
                     sum(a.pick == b.pick for a, b in zip(default, mine)) / len(mine)
                     if strategy != "autotune" and len(default) == len(mine) else None
@@ -393,7 +404,7 @@ def render(summary: dict) -> str:
         f"launch noise of the table {summary['launch_noise']}; {summary['tied_with_optimum']} candidates cannot be "
         f"told from the optimum within it (down to {summary['tied_min_ratio']:.3f} of it)",
         f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
-        f"{'gated':>5} {'same pick':>9} {'p(autotune>)':>12}",
+        f"{'gated':>5} {'relaunch':>8} {'same pick':>9} {'p(autotune>)':>12}",
     ]
     for r in summary["rows"]:
         p, same = r["autotune_better_p"], r["same_pick_as_default"]
@@ -402,7 +413,7 @@ def render(summary: dict) -> str:
             f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
             f"{r['tied_with_optimum']:>5.0%} "
             f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
-            f"{r['gated_mean']:>5.1f} {'-' if same is None else f'{same:.0%}':>9} "
+            f"{r['gated_mean']:>5.1f} {r['relaunches_mean']:>8.1f} {'-' if same is None else f'{same:.0%}':>9} "
             f"{'-' if p is None else f'{p:.2g}':>12}"
         )
     goal = summary["goal"]

@@ -128,8 +128,9 @@ def test_candidates_that_cannot_rank_first_skip_their_gates_and_the_pick_stays(s
 
     budget = len(table.grid)
     every = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "every", skip_dominated=False)
-    fresh = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "fresh")
-    known = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True)
+    fresh = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "fresh", gates_at_end=False)
+    known = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True,
+                          gates_at_end=False)
     ok = [t for t in Store(tmp_path / "every" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
     assert every.dominated == 0 and every.gated == len(ok) > 1
     # a fresh host knows no launch noise, yet a score below the incumbent's can never rank first

@@ -83,6 +83,7 @@ class LlamaCppEngine(Engine):
     cheap_params: ClassVar[Mapping[str, Scalar]] = {"n_ctx": 512}
     default_spec_method = "ngram"  # llama-cpp-python drafts by prompt lookup
     needs_gpu = False
+    gates_at_end = True  # a relaunch takes ~2 s here (docs/measurements.md), a needle + qeval run ~210 s
     startup_guess_s = 5.0
 
     def version(self) -> str | None:

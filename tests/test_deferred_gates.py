@@ -1,0 +1,104 @@
+"""Gates at the end (autotune.deferred), replayed over the tiny committed table of real launches
+(tests/data/replay-tiny.json): a trial faster than the incumbent defers its needle and qeval; at
+the end only the head of the ranking is relaunched to run them, walking down when they fail. The
+pick must be the one gating every trial makes, with fewer gate runs."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "data" / "replay-tiny.json"
+
+
+@pytest.fixture(scope="module")
+def sq():
+    spec = importlib.util.spec_from_file_location("search_quality", ROOT / "benchmarks" / "search_quality.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_quality"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _trials(workdir: Path, budget: int, strategy: str = "grid"):
+    return Store(workdir / f"{strategy}-0-{budget}.db").trials(f"replay-{strategy}-0-{budget}")
+
+
+def _table(sq, data: dict):
+    table = sq.Table(data)
+    table.launched_failure_implicates()
+    return table
+
+
+def test_only_the_reference_and_the_final_best_run_their_gates_and_the_pick_is_gating_every_trial_s(sq, tmp_path):
+    table = _table(sq, json.loads(TINY.read_text()))
+    budget = len(table.grid)
+    every = sq.replay_one(table, "grid", 0, budget, tmp_path / "every", skip_dominated=False)
+    at_once = sq.replay_one(table, "grid", 0, budget, tmp_path / "once", gates_at_end=False)
+    at_end = sq.replay_one(table, "grid", 0, budget, tmp_path / "end", gates_at_end=True)
+    assert at_end.pick == at_once.pick == every.pick
+    assert at_end.launches == every.launches  # the relaunch is not one of the study's trials
+    trials = _trials(tmp_path / "end", budget)
+    relaunched = [t for t in trials if t.accuracy_relaunched]
+    assert at_end.relaunches == len(relaunched) >= 1
+    assert at_end.gated == 1 + len(relaunched) < at_once.gated  # the reference, then the head only
+    assert trials[0].needle is not None and not trials[0].deferred  # the qeval reference gates at once
+    best = next(t for t in trials if t.candidate.label() == at_end.pick)
+    assert best.accuracy_relaunched and best.deferred is None and best.feasible
+    assert all("measured in a relaunch" in g.detail for g in best.gates if g.gate in ("needle", "qeval"))
+    still = [t for t in trials if t.deferred]  # deferred, then overtaken: never gated, never a pass
+    assert still and all(t.needle is None and not t.feasible for t in still)
+    # the relaunch is a launch of the best's config: one more launch-noise sample of it
+    samples = Store(tmp_path / "end" / f"grid-0-{budget}.db").launch_samples_of(f"replay-grid-0-{budget}", best.candidate)
+    assert len(samples) == 2
+
+
+def test_a_head_that_fails_its_deferred_gates_hands_the_pick_down_the_ranking(sq, tmp_path):
+    """The best by score answers the needle wrong in its relaunch: its gates fail there, the next
+    trial by score is relaunched, and the pick is again the one gating every trial makes."""
+    data = json.loads(TINY.read_text())
+    table = _table(sq, data)
+    budget = len(table.grid)
+    first = sq.replay_one(table, "grid", 0, budget, tmp_path / "first", gates_at_end=True)
+    top = next(e for e in data["candidates"] if sq.Candidate.model_validate(
+        {"engine": table.space.engine, "params": e["params"], "env": e["env"]}).label() == first.pick)
+    broken = copy.deepcopy(data)
+    needle = broken["accuracy"][top["numerics_class"]]["needle"]
+    for case in needle["cases"]:
+        case["passed"] = False
+    worse = _table(sq, broken)
+    every = sq.replay_one(worse, "grid", 0, budget, tmp_path / "every", skip_dominated=False)
+    at_end = sq.replay_one(worse, "grid", 0, budget, tmp_path / "end", gates_at_end=True)
+    assert every.pick != first.pick and at_end.pick == every.pick
+    trials = _trials(tmp_path / "end", budget)
+    failed = [t for t in trials if t.accuracy_relaunched and any(g.status == "fail" for g in t.gates)]
+    assert failed and at_end.relaunches >= 2
+
+
+def test_engines_choose_by_what_a_relaunch_costs():
+    from autotune.engines import get_engine
+
+    assert get_engine("llamacpp").gates_at_end is True  # a relaunch takes ~2 s
+    assert get_engine("vllm").gates_at_end is False  # a launch takes minutes
+
+
+def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():
+    from autotune.deferred import DEFERRED
+    from autotune.models import Candidate, GateOutcome, Measurement, TrialResult
+    from autotune.score import constraint_values, verdict
+
+    gates = [GateOutcome(gate=g, status="unchecked", detail=f"deferred: {DEFERRED}") for g in ("needle", "qeval")]
+    trial = TrialResult(study="s", number=3, candidate=Candidate(engine="llamacpp", params={"n_threads": 2}),
+                        status="ok", objective=40.0, score=39.0, deferred=DEFERRED, gates=gates,
+                        measurements=[Measurement.of("decode_tps.prose", "tok/s", "c", [40.0], 0)])
+    assert verdict(trial).startswith("gates deferred, not run")
+    assert constraint_values(trial) == {"needle": 0.0, "qeval": 0.0}  # unknown, not failed
+    assert not trial.feasible  # never a pass
