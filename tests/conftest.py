@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a module (the benchmarks are scripts, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sq() -> ModuleType:
+    """benchmarks/search_quality.py: the search-quality replay."""
+    return benchmark_module("search_quality")
+
+
+@pytest.fixture
+def gt() -> ModuleType:
+    """benchmarks/ground_truth.py: measure, export and slice a ground-truth table."""
+    return benchmark_module("ground_truth")
 
 
 @pytest.fixture(autouse=True)

@@ -6,26 +6,13 @@ pick must be the one gating every trial makes, with fewer gate runs."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
-
-import pytest
 
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "replay-tiny.json"
-
-
-@pytest.fixture(scope="module")
-def sq():
-    spec = importlib.util.spec_from_file_location("search_quality", ROOT / "benchmarks" / "search_quality.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_quality"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _trials(workdir: Path, budget: int, strategy: str = "grid"):

@@ -7,8 +7,6 @@ says accuracy does not apply. The fake computes nothing: its numbers mean nothin
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,16 +41,6 @@ workload:
 objective: {{metric: decode_tps_prose}}
 gates: {{needle: null, qeval: null}}
 """
-
-
-@pytest.fixture
-def gt():
-    """benchmarks/ground_truth.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("ground_truth", ROOT / "benchmarks" / "ground_truth.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ground_truth"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ flash attention, so the replay exercises learned failures as the measurement did
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,20 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "replay-tiny.json"
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def sq():
-    return _module("search_quality")
 
 
 @pytest.fixture(scope="module")
@@ -174,19 +159,17 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
 H200 = ROOT / "benchmarks" / "data" / "gt-vllm-minimax-h200.json"
 
 
-def test_a_slice_can_fix_a_knob_at_its_null_value(tmp_path):
+def test_a_slice_can_fix_a_knob_at_its_null_value(gt, tmp_path):
     """`--fix quantization=none` keeps the unquantized half (a null value is a value, not 'no match')."""
-    gt = _module("ground_truth")
     sliced = gt.slice_table(json.loads(H200.read_text()), {"quantization": "none", "kv_cache_dtype": "auto"})
     assert len(sliced["candidates"]) == 4
     assert all(c["params"].get("quantization") is None and c["params"]["kv_cache_dtype"] == "auto"
                for c in sliced["candidates"])
 
 
-def test_a_table_of_a_space_without_gates_ranks_every_launched_candidate(sq, tmp_path):
+def test_a_table_of_a_space_without_gates_ranks_every_launched_candidate(sq, gt, tmp_path):
     """Dummy weights have no accuracy to gate: every candidate that launched is eligible, the
     optimum is the best mean, and a full grid replay picks inside the table's noise of it."""
-    gt = _module("ground_truth")
     data = gt.slice_table(json.loads(H200.read_text()), {"quantization": "none", "kv_cache_dtype": "auto"})
     h200 = sq.Table(data)
     means = {c["key"]: sum(l["objective"] for l in c["launches"]) / len(c["launches"]) for c in data["candidates"]}
