@@ -154,7 +154,7 @@ class RichReporter:
 
     def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
         self._stop_status()
-        if result.duration_s > 1.0:
+        if result.duration_s > 1.0 and not result.accuracy_relaunched:  # a relaunch is not another trial
             self.durations.append(result.duration_s)
         if result.status == "ok":
             line = (
@@ -178,7 +178,9 @@ class RichReporter:
                 line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:
             line = f"  [red]{verdict(result)}[/]"
-        line += f" [dim]({result.duration_s:.0f} s)[/]"
+        relaunch_s = result.phase_s.get("gates relaunch") if result.accuracy_relaunched else None
+        took = f"gates relaunch {relaunch_s:.0f} s" if relaunch_s is not None else f"{result.duration_s:.0f} s"
+        line += f" [dim]({took})[/]"
         self.console.print(line)
         if best is not None:
             self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")

@@ -216,6 +216,33 @@ def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
     assert f"needle, qeval skipped, dominated: {why}" in out and "unchecked" not in out
 
 
+def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
+    from autotune.deferred import DEFERRED
+    from autotune.models import GateOutcome, Measurement
+
+    console = Console(record=True, width=300, force_terminal=False)
+    reporter = RichReporter(console, log_dir=tmp_path)
+    cand = Candidate(engine="llamacpp", params={"n_threads": 2})
+    decode = Measurement(name="decode_tps.prose", unit="tok/s", condition="c", samples=[43.7], median=43.7, mad=0.0)
+    deferred = [GateOutcome(gate=g, status="unchecked", detail=f"deferred: {DEFERRED}") for g in ("needle", "qeval")]
+    trial = TrialResult(study="f", number=10, candidate=cand, status="ok", objective=43.7, score=42.7,
+                        measurements=[decode], deferred=DEFERRED, gates=deferred, duration_s=95.0,
+                        phase_s={"decode": 60.0})
+    reporter.trial_started(10, 8, 10, cand)
+    reporter.trial_finished(trial, None)
+    reporter.relaunch_started(f"gates of trial 10 (best by score, gates deferred): relaunch {cand.label()}")
+    passed = [GateOutcome(gate=g, status="pass", detail="ok (measured in a relaunch)") for g in ("needle", "qeval")]
+    relaunched = trial.model_copy(update={"deferred": None, "accuracy_relaunched": True, "gates": passed,
+                                          "phase_s": {"decode": 60.0, "gates relaunch": 261.2}})
+    reporter.trial_finished(relaunched, relaunched)
+    reporter.close()
+    out = console.export_text()
+    assert f"needle, qeval deferred: {DEFERRED}" in out and "unchecked" not in out
+    assert "gates of trial 10 (best by score, gates deferred): relaunch" in out
+    assert "(gates relaunch 261 s)" in out  # the relaunch's own time, not the trial's 95 s again
+    assert reporter.durations == [95.0]  # a relaunch is not another trial for the ETA
+
+
 class Recorder:
     """A Reporter that keeps every event text."""
 
@@ -233,6 +260,9 @@ class Recorder:
 
     def trial_skipped(self, result) -> None:
         pass
+
+    def relaunch_started(self, text: str) -> None:
+        self.events.append(text)
 
 
 @pytest.mark.engine
