@@ -89,3 +89,17 @@ def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():
     assert verdict(trial).startswith("gates deferred, not run")
     assert constraint_values(trial) == {"needle": 0.0, "qeval": 0.0}  # unknown, not failed
     assert not trial.feasible  # never a pass
+
+
+def test_the_time_budget_stops_the_walk_before_a_relaunch_and_says_which_trial_was_left():
+    from autotune.deferred import DEFERRED, gate_the_head
+    from autotune.models import Candidate, GateOutcome, TrialResult
+
+    unchecked = [GateOutcome(gate="needle", status="unchecked", detail="deferred")]
+    head = TrialResult(study="s", number=4, candidate=Candidate(engine="llamacpp", params={"n_threads": 2}),
+                       status="ok", objective=40.0, score=39.0, deferred=DEFERRED, gates=unchecked)
+    relaunched: list[int] = []
+    why = gate_the_head(lambda: [head], lambda t, logs: relaunched.append(t.number) or t, lambda m, r: None,
+                        lambda: "time budget: 30 s left, a gates relaunch takes ~260 s here", Path("/nonexistent"))
+    assert relaunched == [] and why is not None
+    assert "did not run" in why and "trial 4" in why and "time budget" in why
