@@ -65,8 +65,9 @@ def head_to_gate(trials: list[TrialResult]) -> TrialResult | None:
 
 def gates_relaunch_context(ctx: TrialContext) -> TrialContext:
     """The relaunch measures what the gates need: its throughput is not the trial's (that stays its
-    own launch's), so it decodes one pass at one stream, no prefill or concurrency (within a launch
-    passes agree within 1-3 %, far inside the launch-to-launch spread its sample joins)."""
+    own launch's), so it decodes one pass at one stream, no prefill or concurrency. That one-pass
+    sample is noisier than a trial's median of three, so in the pooled launch noise it can only
+    widen the spread (the verdict's side of caution)."""
     workload = ctx.space.workload.model_copy(
         update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1], "repeats": 1}
     )
