@@ -66,8 +66,8 @@ def head_to_gate(trials: list[TrialResult]) -> TrialResult | None:
 def gates_relaunch_context(ctx: TrialContext) -> TrialContext:
     """The relaunch measures what the gates need: its throughput is not the trial's (that stays its
     own launch's), so it decodes one pass at one stream, no prefill or concurrency. That one-pass
-    sample is noisier than a trial's median of three, so in the pooled launch noise it can only
-    widen the spread (the verdict's side of caution)."""
+    sample is noisier than a trial's median of three, so in the pooled launch noise it widens the
+    spread in expectation (the verdict's side of caution)."""
     workload = ctx.space.workload.model_copy(
         update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1], "repeats": 1}
     )
