@@ -127,7 +127,7 @@ def search(
         ),
     ] = False,
     gates_at_end: Annotated[
-        bool | None,
+        Optional[bool],
         typer.Option(
             "--gates-at-end/--gates-at-once",
             help="defer the gates of a trial faster than the incumbent and run them at the end, in a relaunch "
