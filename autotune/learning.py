@@ -1,9 +1,12 @@
 """What a failed trial teaches the study, stored as learned failures in runs.db.
 
-- A signature that implicates knobs: learn their values. When an implicated knob was left to the
-  engine (None) and the engine reported what it selected, blame the selection instead: the
-  selected value fails when asked for explicitly too, and "left to the engine" fails only together
-  with the knobs that steer that selection (a KV dtype makes vLLM pick FlashInfer), not always.
+- A signature that implicates knobs: learn their values, and where the signature covers a class of
+  values of a knob (autotune.signatures.Covers), the space's other values in that class too (each
+  with an evidence line naming the failed value it was generalized from). When an implicated knob
+  was left to the engine (None) and the engine reported what it selected, blame the selection
+  instead: the selected value fails when asked for explicitly too, and "left to the engine" fails
+  only together with the knobs that steer that selection (a KV dtype makes vLLM pick FlashInfer),
+  not always.
 - A failure no signature explains (no implicated knobs, not the environment): isolate the knob
   values that broke (autotune/isolation.py) and learn those, with the evidence and the cost.
 
@@ -19,7 +22,8 @@ import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 from autotune.isolation import Isolation, isolate, smoke_launch
-from autotune.models import Candidate, FailureInfo, Scalar, TrialResult, utc_now
+from autotune.models import Candidate, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
+from autotune.signatures import covers_for
 from autotune.store import LearnedFailure, Store
 from autotune.trial import TrialContext
 
@@ -107,6 +111,22 @@ def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str],
     return learned
 
 
+def covered(failure: FailureInfo, values: dict[str, Scalar], space: SearchSpace) -> list[tuple[dict[str, Scalar], str]]:
+    """The siblings of learned `values`: each other value of the space's choices for a knob that lies
+    in a class the failure's signature covers, with the evidence line that says so."""
+    choices = {k.name: k.values for k in space.knobs}
+    siblings: list[tuple[dict[str, Scalar], str]] = []
+    for cover in covers_for(failure.failure_class, space.engine):
+        failed = values.get(cover.knob)
+        if failed not in cover.values:
+            continue
+        for value in choices.get(cover.knob, []):
+            if value != failed and value in cover.values:
+                note = f"autotune: {value} covered by the same signature as the failed {failed} ({cover.name})"
+                siblings.append(({**values, cover.knob: value}, note))
+    return siblings
+
+
 def learn_from_failure(
     ctx: TrialContext,
     store: Store,
@@ -124,6 +144,8 @@ def learn_from_failure(
     if failure.implicates:
         for values in blamed(failure, result.candidate, result.selected, baseline):
             _learn(store, host_key, engine, failure, result, values, failure.evidence)
+            for sibling, note in covered(failure, values, ctx.space):
+                _learn(store, host_key, engine, failure, result, sibling, [*failure.evidence, note])
         return True
     if failure.failure_class in NOT_ISOLATED:
         return False

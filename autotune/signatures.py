@@ -9,7 +9,9 @@ A signature `prunes` when the implicated knob values will fail the same way agai
 and engine build (a dtype the hardware lacks, a flag the engine rejects). Environment problems
 (a missing package, a too-old Triton) never prune: fixing the environment fixes every candidate.
 `FailureInfo.implicates` is filled only for pruning signatures, because the study skips every
-later candidate holding the same values for the implicated knobs.
+later candidate holding the same values for the implicated knobs. A row's `covers` widens that to
+a class of values of one implicated knob (every quantized V cache type needs flash attention, not
+only the one tried): autotune/learning.py learns each value of the class that the space holds.
 
 A root cause is matched wherever it appears: in an eager traceback, below Dynamo's
 `torch._dynamo.exc.Unsupported` wrapper (a failed `assert` in compiled mode is reported as
@@ -42,6 +44,21 @@ _MESSAGE_CHARS = 240
 _MAX_SPAN_SHOWN = 3  # a match over more lines is shown by its first and last line
 
 
+#: llama.cpp's quantized KV cache types: every type autotune.engines.llamacpp.GGML_TYPES accepts but
+#: f32, f16 and bf16 (written out: the engines import this module)
+LLAMACPP_QUANTIZED_KV = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+
+
+@dataclass(frozen=True)
+class Covers:
+    """Values of one implicated knob that fail alike: blame on one of them is blame on all."""
+
+    knob: str
+    values: frozenset[str]
+    #: the class as evidence names it, e.g. "every quantized type_v"
+    name: str
+
+
 @dataclass(frozen=True)
 class Signature:
     """One row of the table. `engines` None means the row applies to every engine."""
@@ -57,6 +74,8 @@ class Signature:
     knob_from_flag: bool = False
     #: a weak row is also printed by healthy runs (a warning); it counts only when no strong row matches.
     weak: bool = False
+    #: implicated knobs whose blame covers a class of values, not only the value tried
+    covers: tuple[Covers, ...] = ()
 
     def applies_to(self, engine: str | None) -> bool:
         return engine is None or self.engines is None or engine in self.engines
@@ -485,6 +504,7 @@ SIGNATURES: tuple[Signature, ...] = (
         implicates=("type_v", "flash_attn"),
         prunes=True,
         engines=LLAMACPP,
+        covers=(Covers("type_v", LLAMACPP_QUANTIZED_KV, "every quantized type_v"),),
     ),
     Signature(
         "oom",
@@ -563,6 +583,11 @@ def signature_table() -> list[dict[str, object]]:
 def signatures_for(failure_class: str) -> list[Signature]:
     """Every row of one class (a class can have several patterns)."""
     return [s for s in SIGNATURES if s.failure_class == failure_class]
+
+
+def covers_for(failure_class: str, engine: str | None) -> tuple[Covers, ...]:
+    """The value classes that a failure of this class covers on this engine (its rows' `covers`)."""
+    return tuple(c for s in signatures_for(failure_class) if s.applies_to(engine) for c in s.covers)
 
 
 def classify(log_text: str, engine: str | None = None) -> FailureInfo | None:

@@ -141,6 +141,54 @@ def test_learning_a_selection_blame_prunes_the_steering_combination_only(tmp_pat
     assert isolations(store, "t") == []
 
 
+def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash_attn(tmp_path: Path) -> None:
+    """llama.cpp refuses every quantized V cache without flash attention, not only the one tried:
+    after q4_0 fails, q8_0 (the same class, in the space) is skipped before launch; f16 V without
+    flash attention and q8_0 V with it still run."""
+    from autotune.engines import get_engine
+    from autotune.models import ModelSpec, SearchSpace
+    from autotune.signatures import classify
+    from autotune.space import Pruner
+    from autotune.study import Tuner
+    from autotune.trial import TrialContext
+
+    space = SearchSpace.model_validate({
+        "name": "t", "engine": "llamacpp", "model": {"name": "m", "path": "m"},
+        "knobs": [{"name": "type_v", "values": ["f16", "q8_0", "q4_0"], "default": "f16"},
+                  {"name": "flash_attn", "values": [False, True], "default": False}],
+    })
+    ctx = TrialContext(study="t", space=space, model=ModelSpec(name="m", path="m"), engine=get_engine("llamacpp"),
+                       logs_dir=tmp_path)
+    store = Store(tmp_path / "runs.db")
+    log = Path(__file__).parent / "logs" / "kv_quant_needs_flash_attn__llamacpp_q4_0_kv_no_flash_attn.log"
+    failure = classify(log.read_text(), engine="llamacpp")
+    assert failure is not None and failure.failure_class == "kv_quant_needs_flash_attn"
+
+    def kv(type_v: str, flash_attn: bool) -> Candidate:
+        return Candidate(engine="llamacpp", params={"type_v": type_v, "flash_attn": flash_attn})
+
+    failed = TrialResult(study="t", number=1, status="failed", candidate=kv("q4_0", False), failure=failure)
+    assert learn_from_failure(ctx, store, "host", failed, kv("f16", False))
+    pruner = Pruner([])
+    Tuner(ctx, store, pruner, "host", trials=1)  # the study's pre-launch check on learned failures
+    assert pruner.reason(kv("q4_0", False)) == "learned: flash_attn=False, type_v=q4_0 failed with kv_quant_needs_flash_attn in trial 1"
+    assert pruner.reason(kv("q8_0", False)) == "learned: flash_attn=False, type_v=q8_0 failed with kv_quant_needs_flash_attn in trial 1"
+    assert pruner.reason(kv("f16", False)) is None
+    assert pruner.reason(kv("q8_0", True)) is None
+    # one row per quantized value the space holds (q4_1 etc. are not in it), the sibling saying why
+    rows = store.learned_failures("host", "llamacpp")
+    assert [r.knob_values["type_v"] for r in rows] == ["q4_0", "q8_0"]
+    assert all(r["study"] == "t" and r["trial"] == 1 for r in rows)
+    assert "covered by" not in rows[0]["evidence"]
+    assert rows[1]["evidence"].splitlines()[:-1] == failure.evidence
+    assert rows[1]["evidence"].splitlines()[-1] == (
+        "autotune: q8_0 covered by the same signature as the failed q4_0 (every quantized type_v)")
+    # the class is llama.cpp's own: every KV type the engine accepts but the float ones
+    from autotune.engines.llamacpp import GGML_TYPES
+    from autotune.signatures import LLAMACPP_QUANTIZED_KV
+    assert LLAMACPP_QUANTIZED_KV == set(GGML_TYPES) - {"f32", "f16", "bf16"}
+
+
 # ---------------------------------------------------------------- for real: llama.cpp + Gemma 3 270M
 
 SPACE = """
