@@ -96,7 +96,8 @@ def search(
         int,
         typer.Option(
             "--noise-relaunches", min=0,
-            help="relaunch the baseline this many times to measure the launch-to-launch noise (stored per host and engine)",
+            help="relaunch the baseline until it has this many more launches than its trial, the confirmation's "
+            "rounds counted, to measure the launch-to-launch noise (stored per host and engine)",
         ),
     ] = 1,
     qeval_reference: Annotated[

@@ -310,8 +310,9 @@ def relaunch_baseline_for_noise(
     plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
     events: Callable[[str], None],
 ) -> int:
-    """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study: the
-    first launch-to-launch spread on a host comes from these. Returns the relaunches made."""
+    """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study, its
+    confirmation rounds' launches counted: the first launch-to-launch spread on a host comes from
+    these. Returns the relaunches made."""
     assert plan.store is not None
     base = outcome.baseline
     if base is None or base.status != "ok" or launches <= 0:
@@ -397,8 +398,19 @@ def _run_owned(
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)
+    result = _confirm(plan, result, host_key, confirm_rounds, budget, events)
+    # after the confirmation: its rounds relaunched the baseline, and those launches count
     if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events):
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
+    return result
+
+
+def _confirm(
+    plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
+    events: Callable[[str], None],
+) -> StudyOutcome:
+    """The best trial against the baseline in interleaved relaunches (autotune/confirm.py)."""
+    assert plan.store is not None
     best, base = result.best, result.baseline
     if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
         # a confirmation round relaunches two engines; a trial's time is an upper bound for each
