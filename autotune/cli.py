@@ -174,7 +174,9 @@ def search(
             reporter=reporter,
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
-            on_owned=lambda: reporter.study_planned(search_lib.forecast(plan, trials, confirm_rounds)),
+            on_owned=lambda: reporter.study_planned(
+                search_lib.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end)
+            ),
         )
     finally:
         reporter.close()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient, Messages
 from autotune.engines import get_engine
-from autotune.models import RequestResult, SearchSpace
+from autotune.models import RequestResult, SearchSpace, TrialResult
 from autotune.store import Store
 
 
@@ -34,19 +34,22 @@ class RunForecast(BaseModel):
     measured: int  # trials of this study already launched (a resumed study)
     trials: int  # launches this run will make, baseline included, at most
     confirm_rounds: int
-    trial_s: float | None  # one trial, estimated
+    trial_s: float | None  # one trial without its gates, estimated
     basis: str  # where trial_s comes from
+    gated: int = 0  # launches that run needle and qeval (at most)
+    gates_s: float | None = None  # what the gates add to a launch
+    relaunches: int = 0  # gates relaunches of the final best (gates at the end)
 
     @property
     def launches(self) -> int:
-        return self.trials + 2 * self.confirm_rounds
+        return self.trials + self.relaunches + 2 * self.confirm_rounds
 
     @property
     def total_s(self) -> float | None:
         if self.trial_s is None:
             return None
         # a confirmation launch measures decode only: a trial's time is an upper bound for it
-        return self.trial_s * self.launches
+        return self.trial_s * self.launches + (self.gates_s or 0.0) * self.gated
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -62,15 +65,23 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def measured_durations(store: Store, study: str, space: SearchSpace) -> tuple[list[float], str]:
-    """Wall times of launched trials: this study's, else earlier studies' of the same space and engine."""
-    def launched(name: str) -> list[float]:
-        return [t.duration_s for t in store.trials(name) if t.status != "skipped" and t.duration_s > 1.0]
+GATE_PHASES = ("needle", "qeval")
+
+
+def gates_time_s(trial: TrialResult) -> float:
+    """Seconds the trial's own launch spent on its gates (phase_s; 0 where they did not run)."""
+    return sum(trial.phase_s.get(p, 0.0) for p in GATE_PHASES)
+
+
+def measured_trials(store: Store, study: str, space: SearchSpace) -> tuple[list[TrialResult], str]:
+    """Launched trials: this study's, else earlier studies' of the same space and engine."""
+    def launched(name: str) -> list[TrialResult]:
+        return [t for t in store.trials(name) if t.status != "skipped" and t.duration_s > 1.0]
 
     own = launched(study)
     if own:
         return own, f"median of {len(own)} trials of this study"
-    others: list[float] = []
+    others: list[TrialResult] = []
     for row in store.studies():
         if row["name"] != study and row["space_name"] == space.name and row["engine"] == space.engine:
             others += launched(row["name"])

@@ -107,6 +107,8 @@ class RichReporter:
         self.total = 0
         self.launched = 0
         self.confirm_launches = 0
+        self.relaunches = 0  # gates relaunches still to come (gates at the end)
+        self.gates_s = 0.0  # what the gates add to such a relaunch
         self.confirming = False
         self.launch_started = self.t0
 
@@ -114,16 +116,23 @@ class RichReporter:
         self.total = plan.measured + plan.trials
         self.launched = plan.measured
         self.confirm_launches = 2 * plan.confirm_rounds
+        self.relaunches, self.gates_s = plan.relaunches, plan.gates_s or 0.0
         self.estimate_s = plan.trial_s
         self.console.print(forecast_text(plan))
 
     def _typical(self) -> list[float]:
         return self.durations or ([self.estimate_s] if self.estimate_s else [])
 
+    def _after_trials(self) -> int:
+        return self.relaunches + self.confirm_launches
+
     def _eta(self, current_s: float) -> float | None:
+        extra = self.relaunches * self.gates_s
         if self.confirming:
-            return eta_s(self._typical(), 1, self.confirm_launches, time.monotonic() - self.launch_started)
-        return eta_s(self._typical(), self.total - self.launched + 1, self.confirm_launches, current_s)
+            eta = eta_s(self._typical(), 1, self._after_trials(), time.monotonic() - self.launch_started)
+        else:
+            eta = eta_s(self._typical(), self.total - self.launched + 1, self._after_trials(), current_s)
+        return None if eta is None else eta + extra
 
     def _start_status(self, label: str) -> None:
         self._stop_status()
@@ -185,18 +194,21 @@ class RichReporter:
         if best is not None:
             self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")
         left = self.total - self.launched
-        eta = eta_s(self._typical(), left, self.confirm_launches)
+        eta = eta_s(self._typical(), left, self._after_trials())
         if eta is not None and self.durations:
+            relaunch = f" + {self.relaunches} gates relaunch" if self.relaunches else ""
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
-                f"elapsed; ETA {fmt_duration(eta)} (median trial {fmt_duration(statistics.median(self.durations))} "
-                f"x {left} left + {self.confirm_launches} confirmation launches)[/]"
+                f"elapsed; ETA {fmt_duration(eta + self.relaunches * self.gates_s)} (median trial "
+                f"{fmt_duration(statistics.median(self.durations))} x {left} left{relaunch} + "
+                f"{self.confirm_launches} confirmation launches)[/]"
             )
 
     def trial_skipped(self, result: TrialResult) -> None:
         self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
 
     def relaunch_started(self, text: str) -> None:
+        self.relaunches = max(0, self.relaunches - 1)
         self.console.print(f"[bold]{text}[/]")
         self._start_status(text.split(":", 1)[0])
 
@@ -219,10 +231,17 @@ def forecast_text(plan: RunForecast) -> str:
         if plan.total_s is not None and plan.total_s > QUICK_S
         else ""
     )
+    relaunch = f" + {plan.relaunches} gates relaunch of the final best" if plan.relaunches else ""
+    gates = (
+        f"; needle and qeval in {plan.gated} of them (+{fmt_duration(plan.gates_s)} each)"
+        if plan.gated and plan.gates_s is not None
+        else ""
+    )
     return (
         f"[bold]plan[/] study {plan.study}: {plan.candidates_total} candidates, {plan.candidates_left} left to try "
-        f"after pruning{resumed}; this run: {plan.trials} trials{confirm}\n"
-        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch: {plan.basis}){sooner}"
+        f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
+        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
+        f"{plan.basis}{gates}){sooner}"
     )
 
 

@@ -45,7 +45,7 @@ from autotune.models import (
 )
 from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
-from autotune.progress import RunForecast, measured_durations, workload_guess_s
+from autotune.progress import RunForecast, gates_time_s, measured_trials, workload_guess_s
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
 from autotune.score import accuracy_status
 from autotune.space import (
@@ -432,23 +432,41 @@ def _confirm(
     return result
 
 
-def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
-    """What a run will do before its first launch: candidates left, trials, confirmation, time."""
+def forecast(plan: SearchPlan, trials: int, confirm_rounds: int, gates_at_end: bool | None = None) -> RunForecast:
+    """What a run will do before its first launch: candidates left, trials, confirmation, time.
+    A launch's time is priced without its gates, and the gates where they run: with gates at the
+    end the qeval reference's trial and one relaunch of the final best, else every trial (at most)."""
     store = plan.store
-    tried = {t.candidate.key() for t in store.trials(plan.study)} if store else set()
+    own = store.trials(plan.study) if store else []
+    tried = {t.candidate.key() for t in own}
     left = [c for c in enumerate_candidates(plan.space) if plan.pruner.reason(c) is None and c.key() not in tried]
-    measured = len([t for t in store.trials(plan.study) if t.status != "skipped"]) if store else 0
+    measured = len([t for t in own if t.status != "skipped"])
     to_run = max(0, min(trials - measured, len(left)))
-    durations, basis = measured_durations(store, plan.study, plan.space) if store else ([], "")
-    if durations:
-        trial_s: float | None = statistics.median(durations)
+    launched, basis = measured_trials(store, plan.study, plan.space) if store else ([], "")
+    gate_runs = [gates_time_s(t) for t in launched if gates_time_s(t) > 0]
+    guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
+    plain = workload_guess_s(plan.space, False, guess.decode_tps, guess.prefill_tps)
+    if launched:
+        trial_s: float | None = statistics.median(t.duration_s - gates_time_s(t) for t in launched)
     else:
-        guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
-        trial_s = workload_guess_s(plan.space, plan.ctx.accuracy, guess.decode_tps, guess.prefill_tps)
+        trial_s = plain
         basis = (
             "rough guess, nothing measured here yet: the workload's requests at the planner's "
             f"{guess.decode_tps or 20:.0f} tok/s plus a ~{plan.engine.startup_guess_s:.0f} s start"
         )
+    gates = plan.ctx.accuracy and (plan.space.gates.needle is not None or plan.space.gates.qeval is not None)
+    gated = relaunches = 0
+    gates_s: float | None = None
+    if gates:
+        gates_s = statistics.median(gate_runs) if gate_runs else (
+            workload_guess_s(plan.space, True, guess.decode_tps, guess.prefill_tps) - plain
+        )
+        if plan.engine.gates_at_end if gates_at_end is None else gates_at_end:
+            reference_gated = any(gates_time_s(t) > 0 or t.needle or t.qeval for t in own)
+            relaunches = 1
+            gated = (0 if reference_gated or to_run == 0 else 1) + relaunches
+        else:
+            gated = to_run
     return RunForecast(
         study=plan.study,
         candidates_total=plan.candidates_total,
@@ -458,6 +476,9 @@ def forecast(plan: SearchPlan, trials: int, confirm_rounds: int) -> RunForecast:
         confirm_rounds=confirm_rounds,
         trial_s=trial_s,
         basis=basis,
+        gated=gated,
+        gates_s=gates_s,
+        relaunches=relaunches,
     )
 
 

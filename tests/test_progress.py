@@ -12,10 +12,11 @@ from rich.console import Console
 
 from autotune.models import Candidate, RequestResult, TrialResult
 from autotune.progress import CountingClient, RequestProgress, eta_s, fmt_duration, workload_requests
+from autotune.planner import estimate
 from autotune.search import forecast
 from autotune.report import ProgressLine, RichReporter
 from autotune.search import prepare
-from autotune.space import load_space
+from autotune.space import baseline, load_space
 from autotune.store import Store
 
 
@@ -152,9 +153,10 @@ def _plan(space_file: Path, db: Path, study: str = "f"):
 def test_forecast_before_anything_ran_is_a_labelled_guess(space_file, tmp_path):
     plan = _plan(space_file, tmp_path / "runs.db")
     fc = forecast(plan, trials=5, confirm_rounds=2)
-    assert fc.candidates_total == 8 and fc.candidates_left == 8 and fc.trials == 5 and fc.launches == 9
+    assert fc.candidates_total == 8 and fc.candidates_left == 8 and fc.trials == 5
+    assert fc.launches == 5 + 1 + 4  # trials, the final best's gates relaunch, confirmation
     assert fc.trial_s and fc.trial_s > 5 and fc.basis.startswith("rough guess")
-    assert fc.total_s == pytest.approx(fc.trial_s * 9)
+    assert fc.total_s == pytest.approx(fc.trial_s * 10 + fc.gates_s * 2)
 
 
 def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
@@ -168,7 +170,7 @@ def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
                                      status="ok", duration_s=seconds))
     fc = forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0)
     assert fc.trial_s == 200.0 and "median of 3 earlier trials" in fc.basis
-    assert fc.total_s == 800.0
+    assert fc.total_s == pytest.approx(200.0 * 5 + fc.gates_s * 2)  # no gates measured yet: their guess
 
     # resuming the same study: its own trials count as measured, and are not planned again
     store.save_study("new", space, "cpu", 1, "h")
@@ -183,7 +185,7 @@ def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
 def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_path):
     console = Console(record=True, width=200, force_terminal=False)
     reporter = RichReporter(console, log_dir=tmp_path)
-    fc = forecast(_plan(space_file, tmp_path / "runs.db"), trials=3, confirm_rounds=1)
+    fc = forecast(_plan(space_file, tmp_path / "runs.db"), trials=3, confirm_rounds=1, gates_at_end=False)
     reporter.study_planned(fc)
     cand = Candidate(engine="llamacpp", params={"n_threads": 1})
     for number, seconds in enumerate([100.0, 140.0]):
@@ -305,3 +307,69 @@ def test_a_long_forecast_says_how_to_get_a_first_answer_sooner():
     assert "~74 min" in forecast_text(long) and "--trials 3 --confirm-rounds 0 --no-accuracy" in forecast_text(long)
     short = long.model_copy(update={"trials": 2, "confirm_rounds": 0, "trial_s": 60.0})
     assert "~2.0 min" in forecast_text(short) and "sooner" not in forecast_text(short)
+
+
+def test_the_forecast_prices_the_gates_only_where_they_run(space_file, tmp_path):
+    """The default study's forecast said ~1.7 h where it took ~31 min (docs/measurements.md): it
+    priced every trial with needle and qeval, but with gates at the end only the qeval reference
+    runs them in its trial, and the final best in one relaunch."""
+    from autotune.progress import workload_guess_s
+
+    plan = _plan(space_file, tmp_path / "runs.db")
+    assert plan.space.gates.needle and plan.space.gates.qeval
+    guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
+    plain = workload_guess_s(plan.space, False, guess.decode_tps, guess.prefill_tps)
+    gated = workload_guess_s(plan.space, True, guess.decode_tps, guess.prefill_tps)
+    at_end = forecast(plan, trials=5, confirm_rounds=2, gates_at_end=True)
+    assert at_end.trial_s == pytest.approx(plain) and at_end.gates_s == pytest.approx(gated - plain)
+    assert (at_end.gated, at_end.relaunches, at_end.launches) == (2, 1, 5 + 1 + 4)
+    assert at_end.total_s == pytest.approx(plain * 10 + (gated - plain) * 2)
+    at_once = forecast(plan, trials=5, confirm_rounds=2, gates_at_end=False)
+    assert (at_once.gated, at_once.relaunches, at_once.launches) == (5, 0, 9)  # at most: dominated ones skip
+    assert at_once.total_s == pytest.approx(plain * 9 + (gated - plain) * 5)
+    assert forecast(plan, trials=5, confirm_rounds=2).gated == 2  # llama.cpp gates at the end by default
+    no_gates = plan.model_copy(update={"ctx": plan.ctx.model_copy(update={"accuracy": False})})
+    assert forecast(no_gates, trials=5, confirm_rounds=0).gated == 0
+
+
+def test_a_measured_forecast_takes_the_gates_out_of_the_trial_time(space_file, tmp_path):
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    space = load_space(str(space_file))
+    store.save_study("earlier", space, "cpu", 1, "h")
+    gates = {"needle": 120.0, "qeval": 80.0}
+    for number, (seconds, phases) in enumerate([(100.0, {}), (300.0, gates), (200.0, {})]):
+        params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": 1, "type_v": "f16", "n_batch": 512 - number}
+        store.save_trial(TrialResult(study="earlier", number=number, candidate=Candidate(engine="llamacpp", params=params),
+                                     status="ok", duration_s=seconds, phase_s={"decode": 50.0, **phases}))
+    fc = forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0, gates_at_end=True)
+    assert fc.trial_s == 100.0 and fc.gates_s == 200.0  # median of 100, 300 - 200, 200; the one gated trial's gates
+    assert fc.total_s == pytest.approx(100.0 * 5 + 200.0 * 2)
+    # resumed with the reference already gated: only the final best's relaunch runs them
+    store.save_study("new", space, "cpu", 1, "h")
+    store.set_study_reference("new", 0)
+    params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": 1, "type_v": "f16", "n_batch": 512}
+    store.save_trial(TrialResult(study="new", number=0, candidate=Candidate(engine="llamacpp", params=params),
+                                 status="ok", duration_s=300.0, phase_s=gates))
+    assert forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0, gates_at_end=True).gated == 1
+
+
+def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path):
+    from autotune.progress import RunForecast
+
+    console = Console(record=True, width=200, force_terminal=False)
+    reporter = RichReporter(console, log_dir=tmp_path)
+    reporter.study_planned(RunForecast(study="f", candidates_total=8, candidates_left=8, measured=0, trials=2,
+                                       confirm_rounds=1, trial_s=60.0, basis="b", gated=2, gates_s=120.0, relaunches=1))
+    cand = Candidate(engine="llamacpp", params={"n_threads": 1})
+    for number in (0, 1):
+        reporter.trial_started(number, number + 1, 2, cand)
+        reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed",
+                                            reason="x", duration_s=60.0), None)
+    reporter.relaunch_started("gates relaunch of trial 1")
+    assert reporter._eta(0.0) == pytest.approx(60.0 * 3)  # the launch under way (the relaunch) + 2 confirmation launches
+    reporter.close()
+    out = console.export_text()
+    # 1 of 2: one trial, the relaunch (a trial + its gates) and 2 confirmation launches left
+    assert "ETA 6.0 min (median trial 60 s x 1 left + 1 gates relaunch + 2 confirmation launches)" in out
+    assert "ETA 5.0 min (median trial 60 s x 0 left + 1 gates relaunch + 2 confirmation launches)" in out
