@@ -1,7 +1,8 @@
 """Gates at the end of the study, for engines whose relaunch costs seconds (llama.cpp).
 
 A trial faster than the incumbent does not run needle and qeval in its own launch: its gates are
-`deferred`. Only the qeval reference takes them at once. When the study's trials are done, the
+`deferred`. Only the qeval reference runs qeval at once (every later qeval compares with it); its
+needle waits like the others' gates. When the study's trials are done, the
 best by score among the trials that may still rank first is relaunched to run its gates
 (`gate_the_head`); if they fail, the next one is, until the head of the ranking passed its gates
 or nothing is left. The pick is the one gating every trial would make, since a trial ranks only
@@ -24,6 +25,19 @@ from autotune.trial import TrialContext
 
 #: why a faster trial's gates did not run in its own launch
 DEFERRED = "faster than the incumbent: its gates run at the end of the study, if it is then the best by score"
+
+
+#: why the qeval reference's needle did not run in its own launch
+REFERENCE_NEEDLE = (
+    "the qeval reference: its qeval ran at once (later trials compare with it), its needle runs at the "
+    "end of the study, if it is then the best by score"
+)
+
+
+def reference_context(ctx: TrialContext) -> TrialContext:
+    """The qeval reference's own launch: qeval only, its needle waits like any trial's gates."""
+    gates = ctx.space.gates.model_copy(update={"needle": None})
+    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"gates": gates})})
 
 
 def lazy(check: DominatedCheck | None) -> DominatedCheck:

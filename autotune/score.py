@@ -74,10 +74,12 @@ def evaluate_gates(
     skipped = (f"skipped, dominated: {result.dominated}" if result.dominated
                else f"deferred: {result.deferred}" if result.deferred else None)
     measured = []
+    # a skip covers the gates it left unmeasured (the qeval reference defers only its needle)
     if accuracy and gates.needle:
-        measured.append(unchecked("needle", skipped) if skipped else needle_gate(result))
+        measured.append(unchecked("needle", skipped) if skipped and result.needle is None else needle_gate(result))
     if accuracy and gates.qeval:
-        measured.append(unchecked("qeval", skipped) if skipped else qeval_outcome(result, reference, gates))
+        measured.append(unchecked("qeval", skipped) if skipped and result.qeval is None
+                        else qeval_outcome(result, reference, gates))
     notes = []
     if result.accuracy_from is not None and not skipped:
         notes.append(f" (reused from trial {result.accuracy_from}: differs only in numerics-neutral knobs)")

@@ -29,7 +29,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict
 
-from autotune.deferred import gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, relaunch_label, settle
+from autotune.deferred import (
+    REFERENCE_NEEDLE, gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, reference_context,
+    relaunch_label, settle,
+)
 from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
@@ -399,9 +402,11 @@ class Tuner:
 
             donor = self._accuracy_donor(candidate, trial.number)
             check = self._dominated_check(trial.number, defer=donor is None)  # reusing costs nothing: no deferral
+            wait_needle = self._reference_needle_waits(trial.number)
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
-                result = self.launch(ctx, candidate, trial.number, events, dominated=check, reuse=donor)
+                result = self.launch(reference_context(ctx) if wait_needle else ctx, candidate, trial.number, events,
+                                     dominated=check, reuse=donor)
             except KeyboardInterrupt:  # not measured: re-run once when the study resumes
                 self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
                 raise
@@ -412,6 +417,8 @@ class Tuner:
             reference = reference_of(self.store, self.ctx.study, [*before, result])
             predicted = self.predict(candidate) if self.predict else {}
             result = settle(result)
+            if wait_needle and result.status == "ok":
+                result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
@@ -460,6 +467,12 @@ class Tuner:
         return gate_the_head(judged, relaunch, save, lambda: self.budget.refusal(typical, "a gates relaunch"),
                              self.ctx.logs_dir)
 
+    def _reference_needle_waits(self, number: int) -> bool:
+        """With gates at the end the qeval reference runs qeval at once and defers its needle."""
+        gates = self.ctx.space.gates
+        return (self.gates_at_end and self.skip_dominated and self.ctx.accuracy and gates.needle is not None
+                and gates.qeval is not None and number == self.store.study_reference(self.ctx.study))
+
     def _dominated_check(self, number: int, defer: bool = True) -> DominatedCheck | None:
         """The rule that lets trial `number` skip its gates (None: they run): never for the qeval
         reference; against an incumbent that passed its gates, or with gates at the end (and
@@ -483,7 +496,8 @@ class Tuner:
             return None
         mine = {k: v for k, v in self._knob_values(candidate).items() if k not in neutral}
         for t in self.store.trials(self.ctx.study):
-            measured = t.status == "ok" and t.accuracy_from is None and (t.needle or t.qeval) and not t.dominated
+            measured = (t.status == "ok" and t.accuracy_from is None and (t.needle or t.qeval) and not t.dominated
+                        and not t.deferred)  # a deferred gate is not evidence to lend
             if measured and {k: v for k, v in self._knob_values(t.candidate).items() if k not in neutral} == mine:
                 return t
         return None

@@ -163,6 +163,10 @@ class Table:
             stored = TrialResult.model_validate(drawn["result"])
             result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
             result = self.with_accuracy(result)
+            if result.status == "ok":  # as run_trial does: only the gates the trial's space asks for
+                gates = ctx.space.gates
+                result = result.model_copy(update={"needle": result.needle if gates.needle else None,
+                                                   "qeval": result.qeval if gates.qeval else None})
             ok = result.status == "ok" and result.objective and result.score is not None
             why = dominated(result.objective, result.score) if dominated and ok else None
             if why:  # as run_trial does: throughput measured, gates skipped

@@ -36,8 +36,12 @@ def test_only_the_reference_and_the_final_best_run_their_gates_and_the_pick_is_g
     trials = _trials(tmp_path / "end", budget)
     relaunched = [t for t in trials if t.accuracy_relaunched]
     assert at_end.relaunches == len(relaunched) >= 1
-    assert at_end.gated == 1 + len(relaunched) < at_once.gated  # the reference, then the head only
-    assert trials[0].needle is not None and not trials[0].deferred  # the qeval reference gates at once
+    assert at_end.gated == 1 + len(relaunched) < at_once.gated  # the reference's qeval, then the head only
+    # the qeval reference runs qeval at once (every later qeval compares with it); its needle waits
+    # like any trial's gates: it runs only if the reference is the head at the end
+    assert trials[0].qeval is not None and trials[0].needle is None and trials[0].deferred
+    assert {g.gate: g.status for g in trials[0].gates if g.gate in ("needle", "qeval")} == {
+        "needle": "unchecked", "qeval": "pass"}
     best = next(t for t in trials if t.candidate.label() == at_end.pick)
     assert best.accuracy_relaunched and best.deferred is None and best.feasible
     assert all("measured in a relaunch" in g.detail for g in best.gates if g.gate in ("needle", "qeval"))
@@ -103,3 +107,14 @@ def test_the_time_budget_stops_the_walk_before_a_relaunch_and_says_which_trial_w
                         lambda: "time budget: 30 s left, a gates relaunch takes ~260 s here", Path("/nonexistent"))
     assert relaunched == [] and why is not None
     assert "did not run" in why and "trial 4" in why and "time budget" in why
+
+
+def test_a_reference_still_at_the_head_is_relaunched_for_its_needle(sq, tmp_path):
+    """Nothing beat the baseline: it is the pick only once its deferred needle ran and passed, in a
+    relaunch at the end; until then it is unchecked, never a pass."""
+    table = _table(sq, json.loads(TINY.read_text()))
+    alone = sq.replay_one(table, "grid", 0, 1, tmp_path / "alone", gates_at_end=True)
+    [base] = _trials(tmp_path / "alone", 1)
+    assert base.number == 0 and alone.relaunches == 1
+    assert base.accuracy_relaunched and base.needle is not None and base.deferred is None and base.feasible
+    assert alone.pick == base.candidate.label()
