@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pydantic import BaseModel
+
 from autotune import search
 from autotune.device import detect
 from autotune.errors import ConfigError
@@ -281,6 +283,112 @@ def slice_command(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}: {len(table['candidates'])} candidates")
 
 
+class Machine(BaseModel):
+    """One lent machine's launches: consecutive launches with no gap longer than the split's."""
+
+    first_at: str
+    last_at: str
+    launches: list[tuple[str, float]]  # (candidate key, objective)
+    launch_times: list[str]  # started_at of each launch, in the same order
+    offset: float = 1.0  # its launches' level against the first machine's (fitted)
+
+
+class MachineFit(BaseModel):
+    """log(objective) = candidate + machine, by least squares over every ok launch of the table."""
+
+    machines: list[Machine]
+    values: dict[str, float]  # candidate key -> value on the first machine's level
+    sigma: float | None  # launch noise within a machine (log), None with nothing left to estimate it
+    df: int
+
+
+def machine_fit(table: dict, gap_min: float = 15.0) -> MachineFit:
+    """Split the table's launches into machines wherever two consecutive launches are more than
+    `gap_min` minutes apart (a lent machine is given back when idle; the next sitting gets another)
+    and fit candidate and machine together. Refused when a machine shares no candidate with the
+    others: its level could not be told from its candidates'."""
+    import math
+    from datetime import datetime
+
+    import numpy as np
+
+    ok = sorted(
+        (launch["started_at"], entry["key"], float(launch["objective"]))
+        for entry in table["candidates"] for launch in entry["launches"]
+        if launch["status"] == "ok" and launch.get("objective")
+    )
+    if not ok:
+        raise ConfigError("the table has no ok launch")
+    groups: list[list[tuple[str, str, float]]] = [[ok[0]]]
+    for prev, cur in zip(ok, ok[1:]):
+        gap = datetime.fromisoformat(cur[0]) - datetime.fromisoformat(prev[0])
+        if gap.total_seconds() > gap_min * 60:
+            groups.append([])
+        groups[-1].append(cur)
+    keys = list(dict.fromkeys(key for _, key, _ in ok))
+    rows = [(keys.index(key), m, math.log(value)) for m, group in enumerate(groups) for _, key, value in group]
+    x = np.zeros((len(rows), len(keys) + len(groups) - 1))
+    for r, (c, m, _) in enumerate(rows):
+        x[r, c] = 1.0
+        if m:
+            x[r, len(keys) + m - 1] = 1.0
+    y = np.array([v for _, _, v in rows])
+    beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    if rank < x.shape[1]:
+        raise ConfigError("a machine shares no candidate with the others: its level cannot be told from its candidates'")
+    df = len(rows) - rank
+    rss = float(((y - x @ beta) ** 2).sum())
+    machines = [
+        Machine(first_at=g[0][0], last_at=g[-1][0], launches=[(k, v) for _, k, v in g], launch_times=[t for t, _, _ in g],
+                offset=1.0 if m == 0 else math.exp(beta[len(keys) + m - 1]))
+        for m, g in enumerate(groups)
+    ]
+    return MachineFit(machines=machines, values={k: math.exp(beta[i]) for i, k in enumerate(keys)},
+                      sigma=math.sqrt(rss / df) if df > 0 else None, df=df)
+
+
+def on_one_machine(table: dict, fit: MachineFit) -> dict:
+    """The table with every launch divided by its machine's fitted level: what one machine (the
+    first) would have measured, as far as the fit knows. Its spread is the within-machine noise."""
+    import copy
+
+    level = {at: m.offset for m in fit.machines for at in m.launch_times}
+    adjusted = copy.deepcopy(table)
+    for entry in adjusted["candidates"]:
+        for launch in entry["launches"]:
+            if launch["status"] != "ok" or not launch.get("objective"):
+                continue
+            offset = level[launch["started_at"]]
+            for record in (launch, launch.get("result") or {}):
+                for field in ("objective", "score"):
+                    if record.get(field) is not None:
+                        record[field] = round(record[field] / offset, 4)
+    adjusted.setdefault("conditions", {})["machine_adjusted"] = (
+        f"each launch divided by its lent machine's level (ground_truth.py machines: {len(fit.machines)} machines, "
+        f"{', '.join(f'x{m.offset:.3f}' for m in fit.machines)}; within-machine noise "
+        f"{'±%.1f%%' % (100 * fit.sigma) if fit.sigma is not None else 'unknown'}, df {fit.df})"
+    )
+    return adjusted
+
+
+def machines_command(args: argparse.Namespace) -> None:
+    table = json.loads(Path(args.table).read_text())
+    fit = machine_fit(table, args.gap_min)
+    if args.out:
+        Path(args.out).write_text(json.dumps(on_one_machine(table, fit), indent=1) + "\n")
+        print(f"wrote {args.out}: every launch on machine 1's level")
+    labels = {e["key"]: " ".join(f"{k}={v}" for k, v in sorted(e["params"].items()) if v is not None)
+              for e in table["candidates"]}
+    for m, machine in enumerate(fit.machines):
+        print(f"machine {m + 1}: {len(machine.launches)} launches {machine.first_at} .. {machine.last_at}, "
+              f"level x{machine.offset:.3f} of machine 1")
+    noise = f"±{fit.sigma:.1%} within a machine (df {fit.df})" if fit.sigma is not None else "not estimable (df 0)"
+    print(f"launch noise: {noise}")
+    best = max(fit.values.values())
+    for key, value in sorted(fit.values.items(), key=lambda kv: -kv[1]):
+        print(f"{value:8.1f} {value / best:.3f}  {labels.get(key, key)}")
+
+
 def _digest(value: object) -> str:
     import hashlib
 
@@ -311,8 +419,12 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("table")
     c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
     c.add_argument("--out", required=True)
+    k = sub.add_parser("machines", help="candidate and lent-machine levels fitted together (launches split by gaps)")
+    k.add_argument("table")
+    k.add_argument("--gap-min", type=float, default=15.0, help="a gap longer than this starts another machine")
+    k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")
     args = parser.parse_args(argv)
-    {"measure": measure, "export": export, "slice": slice_command}[args.cmd](args)
+    {"measure": measure, "export": export, "slice": slice_command, "machines": machines_command}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""A ground truth measured over several lent machines: a launch's value is the candidate's and its
+machine's. `ground_truth.py machines` splits the launches into machines by the gaps between them
+(a lent machine is given back when idle, the next sitting gets another) and fits both, so a
+candidate measured only on a fast machine is not taken for a fast candidate."""
+
+from __future__ import annotations
+
+import math
+
+
+def _launch(value: float, at: str) -> dict:
+    return {"status": "ok", "objective": value, "started_at": at, "study": "s-launch1"}
+
+
+def _table() -> dict:
+    # machine 1 (evening) reads 10 % above machine 2 (night); a and b were launched on both,
+    # c only on the fast one: by its plain mean it is the best, by candidate + machine it is not
+    def entry(name: str, launches: list[dict]) -> dict:
+        return {"key": name, "params": {"k": name}, "launches": launches}
+
+    return {"candidates": [
+        entry("a", [_launch(110.0, "2026-12-01T21:00:00+00:00"), _launch(100.0, "2026-12-02T01:00:00+00:00")]),
+        entry("b", [_launch(121.0, "2026-12-01T21:03:00+00:00"), _launch(110.0, "2026-12-02T01:03:00+00:00")]),
+        entry("c", [_launch(118.8, "2026-12-01T21:06:00+00:00")]),  # plain mean above b's 115.5
+    ]}
+
+
+def test_machines_are_split_by_the_gaps_between_launches(gt):
+    fit = gt.machine_fit(_table(), gap_min=15.0)
+    assert [len(m.launches) for m in fit.machines] == [3, 2]
+    assert math.isclose(fit.machines[1].offset, 100.0 / 110.0, rel_tol=1e-9)  # against the first machine
+    values = {c: v for c, v in fit.values.items()}
+    assert math.isclose(values["b"] / values["a"], 1.1, rel_tol=1e-9)
+    assert math.isclose(values["c"] / values["a"], 1.08, rel_tol=1e-9)
+    assert max(values, key=values.get) == "b"  # by plain means c (118.8 against 115.5)
+    assert fit.df == 1 and fit.sigma < 1e-9  # five launches, four levels; the made-up launches agree exactly
+
+
+def test_one_machine_fits_plain_means(gt):
+    table = _table()
+    for entry in table["candidates"]:
+        entry["launches"] = entry["launches"][:1]
+    fit = gt.machine_fit(table, gap_min=15.0)
+    assert len(fit.machines) == 1 and fit.machines[0].offset == 1.0
+    assert {c: round(v, 6) for c, v in fit.values.items()} == {"a": 110.0, "b": 121.0, "c": 118.8}
+
+
+def test_the_table_on_one_machine_divides_each_launch_by_its_machine(gt):
+    table = _table()
+    for entry in table["candidates"]:
+        for launch in entry["launches"]:
+            launch["score"] = launch["objective"] * 0.9
+            launch["result"] = {"objective": launch["objective"], "score": launch["score"]}
+    one = gt.on_one_machine(table, gt.machine_fit(table, gap_min=15.0))
+    a_night = one["candidates"][0]["launches"][1]
+    assert a_night["objective"] == 110.0 and a_night["result"]["objective"] == 110.0
+    assert a_night["score"] == 99.0 and a_night["result"]["score"] == 99.0
+    assert one["candidates"][2]["launches"][0]["objective"] == 118.8  # machine 1's launches stay
+    assert "2 machines" in one["conditions"]["machine_adjusted"]
+    assert table["candidates"][0]["launches"][1]["objective"] == 100.0  # the input is not changed
