@@ -180,9 +180,9 @@ class RichReporter:
                 line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
             unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
             if unchecked_gates and result.dominated:
-                line += f" [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
+                line += f"; [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
             elif unchecked_gates and result.deferred:
-                line += f" [dim]{', '.join(unchecked_gates)} deferred: {result.deferred}[/]"
+                line += f"; [dim]{', '.join(unchecked_gates)} deferred: {result.deferred}[/]"
             elif unchecked_gates:
                 line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:

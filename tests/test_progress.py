@@ -215,7 +215,7 @@ def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
                                         measurements=[decode], dominated=why, gates=skipped, duration_s=103.0), None)
     reporter.close()
     out = console.export_text()
-    assert f"needle, qeval skipped, dominated: {why}" in out and "unchecked" not in out
+    assert f"ms; needle, qeval skipped, dominated: {why}" in out and "unchecked" not in out
 
 
 def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
@@ -239,7 +239,7 @@ def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
     reporter.trial_finished(relaunched, relaunched)
     reporter.close()
     out = console.export_text()
-    assert f"needle, qeval deferred: {DEFERRED}" in out and "unchecked" not in out
+    assert f"ms; needle, qeval deferred: {DEFERRED}" in out and "unchecked" not in out
     assert "gates of trial 10 (best by score, gates deferred): relaunch" in out
     assert "(gates relaunch 261 s)" in out  # the relaunch's own time, not the trial's 95 s again
     assert reporter.durations == [95.0]  # a relaunch is not another trial for the ETA
