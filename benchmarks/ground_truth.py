@@ -73,13 +73,40 @@ def study_names(space: SearchSpace, launches: int) -> tuple[list[str], str]:
     return [f"{space.name}-launch{i + 1}" for i in range(launches)], f"{space.name}-accuracy"
 
 
-def next_launch_guess_s(took: list[float]) -> float:
+#: a gap longer than this between two launches: another sitting, on another lent machine
+SITTING_GAP_MIN = 15.0
+
+
+def by_sitting(timed: list[tuple], gap_min: float = SITTING_GAP_MIN) -> list[list[tuple]]:
+    """Tuples whose first item is an ISO time, sorted and split wherever two are more than
+    `gap_min` minutes apart (each session gets a fresh lent machine)."""
+    from datetime import datetime
+
+    ordered = sorted(timed)
+    groups: list[list[tuple]] = [[ordered[0]]] if ordered else []
+    for prev, cur in zip(ordered, ordered[1:]):
+        if (datetime.fromisoformat(cur[0]) - datetime.fromisoformat(prev[0])).total_seconds() > gap_min * 60:
+            groups.append([])
+        groups[-1].append(cur)
+    return groups
+
+
+def warm_launches_s(trials: list[TrialResult], gap_min: float = SITTING_GAP_MIN) -> list[float]:
+    """Durations of the launches that were not the first of their sitting (that one compiles cold)."""
+    launched = [(t.started_at, t.duration_s) for t in trials if t.status in ("ok", "failed") and t.duration_s > 0]
+    return [seconds for sitting in by_sitting(launched, gap_min) for _, seconds in sitting[1:]]
+
+
+def next_launch_guess_s(took: list[float], earlier_warm: list[float] | None = None) -> float:
     """How long the sitting's next launch is assumed to take: its longest launch after the first,
-    which alone pays a fresh machine's cold compile (measured on the H200: 251-281 s, then
-    72-140 s); with only that first launch, as long as it."""
+    which alone pays a fresh machine's cold compile (measured on the H200: 249-281 s, then
+    72-150 s); with only that first launch, the longest warm launch of earlier sittings
+    (runs.db), else as long as it."""
     if not took:
         return 0.0
-    return max(took[1:]) if len(took) > 1 else took[0]
+    if len(took) > 1:
+        return max(took[1:])
+    return max(earlier_warm) if earlier_warm else took[0]
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -105,6 +132,7 @@ def measure(args: argparse.Namespace) -> None:
     print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
     sitting = time.monotonic()
     took: list[float] = []  # this sitting's launches, in seconds
+    earlier_warm = warm_launches_s([t for plan, _ in plans if plan.store for t in plan.store.trials(plan.study)])
     for k in range(1, len(grid) + 1):
         upto = {c.key() for c in grid[:k]}
         for plan, queue in plans:
@@ -116,7 +144,7 @@ def measure(args: argparse.Namespace) -> None:
                 continue
             launched = sum(1 for t in trials if t.status in ("ok", "failed"))
             t0 = time.monotonic()
-            guess = next_launch_guess_s(took)
+            guess = next_launch_guess_s(took, earlier_warm)
             if args.time_budget is not None and guess and t0 - sitting + guess > args.time_budget * 60:
                 print(f"stopped: time budget ({args.time_budget} min; a launch takes ~{guess:.0f} s here); "
                       "run the same command to go on", flush=True)
@@ -302,13 +330,12 @@ class MachineFit(BaseModel):
     df: int
 
 
-def machine_fit(table: dict, gap_min: float = 15.0) -> MachineFit:
+def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
     """Split the table's launches into machines wherever two consecutive launches are more than
     `gap_min` minutes apart (a lent machine is given back when idle; the next sitting gets another)
     and fit candidate and machine together. Refused when a machine shares no candidate with the
     others: its level could not be told from its candidates'."""
     import math
-    from datetime import datetime
 
     import numpy as np
 
@@ -319,12 +346,7 @@ def machine_fit(table: dict, gap_min: float = 15.0) -> MachineFit:
     )
     if not ok:
         raise ConfigError("the table has no ok launch")
-    groups: list[list[tuple[str, str, float]]] = [[ok[0]]]
-    for prev, cur in zip(ok, ok[1:]):
-        gap = datetime.fromisoformat(cur[0]) - datetime.fromisoformat(prev[0])
-        if gap.total_seconds() > gap_min * 60:
-            groups.append([])
-        groups[-1].append(cur)
+    groups = by_sitting(ok, gap_min)
     keys = list(dict.fromkeys(key for _, key, _ in ok))
     rows = [(keys.index(key), m, math.log(value)) for m, group in enumerate(groups) for _, key, value in group]
     x = np.zeros((len(rows), len(keys) + len(groups) - 1))

@@ -173,3 +173,24 @@ def test_ground_truth_sitting_guesses_the_next_launch_from_its_warm_launches(gt)
     assert gt.next_launch_guess_s([251.0, 117.0]) == 117.0
     assert gt.next_launch_guess_s([251.0, 117.0, 140.0]) == 140.0  # the longest warm one
     assert 251 + 117 + gt.next_launch_guess_s([251.0, 117.0]) < 9.2 * 60
+
+
+def test_a_fresh_machines_first_sitting_plans_with_the_warm_launches_of_earlier_sittings(gt):
+    """On 2026-12-02 the first sitting on a fresh H200 stopped after its one cold launch (281 s:
+    "a launch takes ~281 s here") although earlier sittings' warm launches (106-150 s) left room
+    for a second in the 9.2 minutes. The earlier sittings are in runs.db: each sitting's first
+    launch is cold, the rest are warm."""
+    from autotune.models import Candidate, TrialResult
+
+    def trial(number: int, at: str, seconds: float) -> TrialResult:
+        return TrialResult(study="s-launch1", number=number, candidate=Candidate(engine="vllm", params={"n": number}),
+                           status="ok", duration_s=seconds, started_at=at)
+
+    earlier = [trial(0, "2026-12-01T21:08:00+00:00", 281.0), trial(1, "2026-12-01T21:13:00+00:00", 117.0),
+               trial(2, "2026-12-01T21:15:00+00:00", 140.0),
+               trial(3, "2026-12-01T22:10:00+00:00", 249.0), trial(4, "2026-12-01T22:15:00+00:00", 106.0)]
+    warm = gt.warm_launches_s(earlier)
+    assert sorted(warm) == [106.0, 117.0, 140.0]  # each sitting's first launch is left out
+    assert gt.next_launch_guess_s([281.0], warm) == 140.0  # before: 281, and the sitting stopped
+    assert gt.next_launch_guess_s([281.0, 120.0], warm) == 120.0  # this sitting's own warm launches first
+    assert gt.next_launch_guess_s([281.0], []) == 281.0
