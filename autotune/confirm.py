@@ -13,14 +13,14 @@ from collections.abc import Callable
 
 from autotune.models import Confirmation, TrialResult
 from autotune.noise import LaunchNoise, RatioJudgement, judge_launches
-from autotune.trial import TrialContext, run_trial
+from autotune.trial import TrialContext, objective_only, run_trial
 
 Sample = Callable[[TrialResult, float, str], None]
 
 
 def decode_only(ctx: TrialContext) -> TrialContext:
-    workload = ctx.space.workload.model_copy(update={"prefill_tokens": [], "concurrency": [1]})
-    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": workload}), "accuracy": False})
+    """A relaunch for a launch-noise sample: the objective alone, with the trial's decode passes."""
+    return objective_only(ctx).model_copy(update={"accuracy": False})
 
 
 def judge(best: list[float], base: list[float], prior: LaunchNoise | None, alpha: float) -> RatioJudgement:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from autotune.dominated import DominatedCheck
 from autotune.models import Candidate, TrialResult
-from autotune.trial import TrialContext
+from autotune.trial import TrialContext, objective_only
 
 #: why a faster trial's gates did not run in its own launch
 DEFERRED = "faster than the incumbent: its gates run at the end of the study, if it is then the best by score"
@@ -82,10 +82,7 @@ def gates_relaunch_context(ctx: TrialContext) -> TrialContext:
     own launch's), so it decodes one pass at one stream, no prefill or concurrency. That one-pass
     sample is noisier than a trial's median of three, so in the pooled launch noise it widens the
     spread in expectation (the verdict's side of caution)."""
-    workload = ctx.space.workload.model_copy(
-        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1], "repeats": 1}
-    )
-    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": workload})})
+    return objective_only(ctx, repeats=1)
 
 
 def merge_relaunch(trial: TrialResult, relaunch: TrialResult) -> TrialResult:

@@ -64,6 +64,15 @@ class TrialContext(BaseModel):
 Events = Callable[[str], None]
 
 
+def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
+    """The context of a relaunch that measures the objective alone (decode at one stream on the
+    short prompts): no cold prefill, no long-context decode, no concurrency; `workload` sets more."""
+    work = ctx.space.workload.model_copy(
+        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1], **workload}
+    )
+    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
+
+
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
     found = engine.classify(log_text)
     if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":

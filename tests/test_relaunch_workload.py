@@ -1,0 +1,44 @@
+"""A relaunch measures what it is for: the confirmation's and the noise relaunches' value is the
+objective (decode at one stream on the short prompts), so they measure that alone; the gates
+relaunch adds the gates, with one decode pass. A long-context decode (a cold 16K prompt on the
+dummy MoE spaces) feeds neither: before, every confirmation launch still ran it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.confirm import decode_only
+from autotune.deferred import gates_relaunch_context
+from autotune.search import prepare
+
+
+@pytest.fixture
+def ctx(tmp_path: Path):
+    space = tmp_path / "s.yaml"
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    space.write_text(
+        "name: relaunch-workload\nengine: llamacpp\n"
+        f"model: {{name: m, path: {model}, context_max: 8192}}\n"
+        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
+        "workload: {prefill_tokens: [1024], decode_context_tokens: [4096], concurrency: [1, 8], repeats: 3}\n"
+    )
+    plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
+                   nodes=1, accuracy=True, logs_dir=tmp_path, dry_run=True)
+    return plan.ctx
+
+
+def test_a_confirmation_relaunch_measures_only_the_objective(ctx):
+    work = decode_only(ctx).space.workload
+    assert (work.prefill_tokens, work.decode_context_tokens, work.concurrency) == ([], [], [1])
+    assert work.repeats == 3 and not decode_only(ctx).accuracy  # its sample pools with the trials' three-pass ones
+
+
+def test_the_gates_relaunch_measures_the_objective_once_and_the_gates(ctx):
+    relaunch = gates_relaunch_context(ctx)
+    work = relaunch.space.workload
+    assert (work.prefill_tokens, work.decode_context_tokens, work.concurrency, work.repeats) == ([], [], [1], 1)
+    assert relaunch.accuracy
+    assert ctx.space.workload.decode_context_tokens == [4096]  # the study's own context is not changed
