@@ -468,10 +468,12 @@ class Tuner:
                              self.ctx.logs_dir)
 
     def _reference_needle_waits(self, number: int) -> bool:
-        """With gates at the end the qeval reference runs qeval at once and defers its needle."""
-        gates = self.ctx.space.gates
-        return (self.gates_at_end and self.skip_dominated and self.ctx.accuracy and gates.needle is not None
-                and gates.qeval is not None and number == self.store.study_reference(self.ctx.study))
+        """With gates at the end the qeval reference runs qeval at once and defers its needle, unless
+        the space has numerics-neutral knobs: then its siblings reuse its whole accuracy for free."""
+        space = self.ctx.space
+        return (self.gates_at_end and self.skip_dominated and self.ctx.accuracy and space.gates.needle is not None
+                and space.gates.qeval is not None and not any(k.numerics_neutral for k in space.knobs)
+                and number == self.store.study_reference(self.ctx.study))
 
     def _dominated_check(self, number: int, defer: bool = True) -> DominatedCheck | None:
         """The rule that lets trial `number` skip its gates (None: they run): never for the qeval

@@ -118,3 +118,16 @@ def test_a_reference_still_at_the_head_is_relaunched_for_its_needle(sq, tmp_path
     assert base.number == 0 and alone.relaunches == 1
     assert base.accuracy_relaunched and base.needle is not None and base.deferred is None and base.feasible
     assert alone.pick == base.candidate.label()
+
+
+def test_with_numerics_neutral_knobs_the_reference_runs_its_needle_at_once_to_lend_it(sq, tmp_path):
+    """A sibling that differs from the reference only in neutral knobs reuses its needle and qeval
+    for free; a deferred needle could not be lent, so there the reference measures both at once."""
+    data = json.loads(TINY.read_text())
+    for knob in data["space"]["knobs"]:
+        if knob["name"] == "n_threads":
+            knob["numerics_neutral"] = True
+    table = _table(sq, data)
+    sq.replay_one(table, "grid", 0, len(table.grid), tmp_path / "neutral", gates_at_end=True)
+    reference = _trials(tmp_path / "neutral", len(table.grid))[0]
+    assert reference.needle is not None and reference.qeval is not None and not reference.deferred

@@ -293,7 +293,8 @@ def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_eac
     out = real_study(tmp_path_factory, gemma_gguf).search_output
     plan_at, first_at = out.index("plan study views: 4 candidates, 4 left to try"), out.index("trial 1 of 4")
     assert plan_at < first_at
-    assert "this run: 4 trials + 1 confirmation rounds (2 launches, decode only)" in out
+    assert "this run: 4 trials + 1 gates relaunch of the final best + 1 confirmation rounds (2 launches, decode only)" in out
+    assert "needle and qeval in 2 of them" in out[plan_at:first_at]
     assert "estimate: ~" in out[plan_at:first_at]
     assert re.search(r"1 of 4 trials done, .* elapsed; ETA [\d.]+ (s|min) \(median trial", out)
 
