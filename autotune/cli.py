@@ -175,7 +175,8 @@ def search(
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
             on_owned=lambda: reporter.study_planned(
-                search_lib.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end)
+                search_lib.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end,
+                                    noise_relaunches)
             ),
         )
     finally:

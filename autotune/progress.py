@@ -39,10 +39,11 @@ class RunForecast(BaseModel):
     gated: int = 0  # launches that run needle and qeval (at most)
     gates_s: float | None = None  # what the gates add to a launch
     relaunches: int = 0  # gates relaunches of the final best (gates at the end)
+    noise_relaunches: int = 0  # decode-only relaunches of the baseline beyond the confirmation's
 
     @property
     def launches(self) -> int:
-        return self.trials + self.relaunches + 2 * self.confirm_rounds
+        return self.trials + self.relaunches + 2 * self.confirm_rounds + self.noise_relaunches
 
     @property
     def total_s(self) -> float | None:

@@ -108,6 +108,7 @@ class RichReporter:
         self.launched = 0
         self.confirm_launches = 0
         self.relaunches = 0  # gates relaunches still to come (gates at the end)
+        self.noise_launches = 0  # the baseline's noise relaunches still to come
         self.gates_s = 0.0  # what the gates add to such a relaunch
         self.confirming = False
         self.launch_started = self.t0
@@ -117,6 +118,7 @@ class RichReporter:
         self.launched = plan.measured
         self.confirm_launches = 2 * plan.confirm_rounds
         self.relaunches, self.gates_s = plan.relaunches, plan.gates_s or 0.0
+        self.noise_launches = plan.noise_relaunches
         self.estimate_s = plan.trial_s
         self.console.print(forecast_text(plan))
 
@@ -124,7 +126,7 @@ class RichReporter:
         return self.durations or ([self.estimate_s] if self.estimate_s else [])
 
     def _after_trials(self) -> int:
-        return self.relaunches + self.confirm_launches
+        return self.relaunches + self.confirm_launches + self.noise_launches
 
     def _eta(self, current_s: float) -> float | None:
         extra = self.relaunches * self.gates_s
@@ -158,6 +160,9 @@ class RichReporter:
         assert self.line is not None
         if text.startswith("confirmation round"):  # one per launch
             self.confirm_launches = max(0, self.confirm_launches - 1)
+            self.launch_started = time.monotonic()
+        elif text.startswith("noise relaunch"):
+            self.noise_launches = max(0, self.noise_launches - 1)
             self.launch_started = time.monotonic()
         self.line.update(text)
 
@@ -197,6 +202,7 @@ class RichReporter:
         eta = eta_s(self._typical(), left, self._after_trials())
         if eta is not None and self.durations:
             relaunch = f" + {self.relaunches} gates relaunch" if self.relaunches else ""
+            relaunch += f" + {self.noise_launches} noise relaunch" if self.noise_launches else ""
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
                 f"elapsed; ETA {fmt_duration(eta + self.relaunches * self.gates_s)} (median trial "
@@ -232,6 +238,8 @@ def forecast_text(plan: RunForecast) -> str:
         else ""
     )
     relaunch = f" + {plan.relaunches} gates relaunch of the final best" if plan.relaunches else ""
+    if plan.noise_relaunches:
+        relaunch += f" + {plan.noise_relaunches} noise relaunch(es) of the baseline (decode only)"
     gates = (
         f"; needle and qeval in {plan.gated} of them (+{fmt_duration(plan.gates_s)} each)"
         if plan.gated and plan.gates_s is not None

@@ -432,7 +432,9 @@ def _confirm(
     return result
 
 
-def forecast(plan: SearchPlan, trials: int, confirm_rounds: int, gates_at_end: bool | None = None) -> RunForecast:
+def forecast(
+    plan: SearchPlan, trials: int, confirm_rounds: int, gates_at_end: bool | None = None, noise_relaunches: int = 0,
+) -> RunForecast:
     """What a run will do before its first launch: candidates left, trials, confirmation, time.
     A launch's time is priced without its gates, and the gates where they run: with gates at the
     end the qeval reference's trial and one relaunch of the final best, else every trial (at most)."""
@@ -479,6 +481,8 @@ def forecast(plan: SearchPlan, trials: int, confirm_rounds: int, gates_at_end: b
         gated=gated,
         gates_s=gates_s,
         relaunches=relaunches,
+        # the confirmation's rounds relaunch the baseline too (relaunch_baseline_for_noise tops up)
+        noise_relaunches=max(0, noise_relaunches - confirm_rounds),
     )
 
 

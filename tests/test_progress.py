@@ -374,3 +374,10 @@ def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path)
     # 1 of 2: one trial, the relaunch (a trial + its gates) and 2 confirmation launches left
     assert "ETA 6.0 min (median trial 60 s x 1 left + 1 gates relaunch + 2 confirmation launches)" in out
     assert "ETA 5.0 min (median trial 60 s x 0 left + 1 gates relaunch + 2 confirmation launches)" in out
+
+
+def test_the_forecast_counts_the_noise_relaunches_the_confirmation_does_not_give(space_file, tmp_path):
+    plan = _plan(space_file, tmp_path / "runs.db")
+    assert forecast(plan, trials=3, confirm_rounds=0, gates_at_end=False, noise_relaunches=1).launches == 3 + 1
+    assert forecast(plan, trials=3, confirm_rounds=2, gates_at_end=False, noise_relaunches=1).launches == 3 + 4
+    assert forecast(plan, trials=3, confirm_rounds=1, gates_at_end=False, noise_relaunches=3).launches == 3 + 2 + 2
