@@ -128,13 +128,15 @@ class RichReporter:
     def _after_trials(self) -> int:
         return self.relaunches + self.confirm_launches + self.noise_launches
 
+    def _eta_for(self, trials_left: int, current_s: float = 0.0) -> float | None:
+        """Launches left at the median trial time, plus the gates of the gates relaunch to come."""
+        eta = eta_s(self._typical(), trials_left, self._after_trials(), current_s)
+        return None if eta is None else eta + self.relaunches * self.gates_s
+
     def _eta(self, current_s: float) -> float | None:
-        extra = self.relaunches * self.gates_s
         if self.confirming:
-            eta = eta_s(self._typical(), 1, self._after_trials(), time.monotonic() - self.launch_started)
-        else:
-            eta = eta_s(self._typical(), self.total - self.launched + 1, self._after_trials(), current_s)
-        return None if eta is None else eta + extra
+            return self._eta_for(1, time.monotonic() - self.launch_started)
+        return self._eta_for(self.total - self.launched + 1, current_s)
 
     def _start_status(self, label: str) -> None:
         self._stop_status()
@@ -199,13 +201,13 @@ class RichReporter:
         if best is not None:
             self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")
         left = self.total - self.launched
-        eta = eta_s(self._typical(), left, self._after_trials())
+        eta = self._eta_for(left)
         if eta is not None and self.durations:
             relaunch = f" + {self.relaunches} gates relaunch" if self.relaunches else ""
             relaunch += f" + {self.noise_launches} noise relaunch" if self.noise_launches else ""
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
-                f"elapsed; ETA {fmt_duration(eta + self.relaunches * self.gates_s)} (median trial "
+                f"elapsed; ETA {fmt_duration(eta)} (median trial "
                 f"{fmt_duration(statistics.median(self.durations))} x {left} left{relaunch} + "
                 f"{self.confirm_launches} confirmation launches)[/]"
             )
