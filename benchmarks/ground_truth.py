@@ -316,8 +316,7 @@ class Machine(BaseModel):
 
     first_at: str
     last_at: str
-    launches: list[tuple[str, float]]  # (candidate key, objective)
-    launch_times: list[str]  # started_at of each launch, in the same order
+    launches: list[tuple[str, str, float]]  # (started_at, candidate key, objective), in time order
     offset: float = 1.0  # its launches' level against the first machine's (fitted)
 
 
@@ -361,8 +360,7 @@ def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
     df = len(rows) - rank
     rss = float(((y - x @ beta) ** 2).sum())
     machines = [
-        Machine(first_at=g[0][0], last_at=g[-1][0], launches=[(k, v) for _, k, v in g], launch_times=[t for t, _, _ in g],
-                offset=1.0 if m == 0 else math.exp(beta[len(keys) + m - 1]))
+        Machine(first_at=g[0][0], last_at=g[-1][0], launches=g, offset=1.0 if m == 0 else math.exp(beta[len(keys) + m - 1]))
         for m, g in enumerate(groups)
     ]
     return MachineFit(machines=machines, values={k: math.exp(beta[i]) for i, k in enumerate(keys)},
@@ -374,7 +372,7 @@ def on_one_machine(table: dict, fit: MachineFit) -> dict:
     first) would have measured, as far as the fit knows. Its spread is the within-machine noise."""
     import copy
 
-    level = {at: m.offset for m in fit.machines for at in m.launch_times}
+    level = {at: m.offset for m in fit.machines for at, _, _ in m.launches}
     adjusted = copy.deepcopy(table)
     for entry in adjusted["candidates"]:
         for launch in entry["launches"]:
@@ -443,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--out", required=True)
     k = sub.add_parser("machines", help="candidate and lent-machine levels fitted together (launches split by gaps)")
     k.add_argument("table")
-    k.add_argument("--gap-min", type=float, default=15.0, help="a gap longer than this starts another machine")
+    k.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
     k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")
     args = parser.parse_args(argv)
     {"measure": measure, "export": export, "slice": slice_command, "machines": machines_command}[args.cmd](args)
