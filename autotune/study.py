@@ -183,6 +183,40 @@ def _fail_running(study: optuna.Study, frozen: optuna.trial.FrozenTrial, status:
     study.tell(frozen.number, state=TrialState.FAIL)
 
 
+def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+    """What the sampler learns from a trial: its score with one constraint per gate, or a failure."""
+    if result.status != "ok" or result.score is None:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    for gate, value in constraint_values(result).items():
+        trial.set_constraint(gate, value)
+    study.tell(trial, result.score)
+
+
+def restore_trials(store: Store, ctx: TrialContext, results: list[TrialResult]) -> None:
+    """Write a study's recorded trials into a runs.db that does not hold the study yet (e.g. from a
+    ground-truth table, when the db itself was lost with a lent machine): runs.db's rows, and
+    Optuna's trials under the same numbers, so that a resumed study numbers its next trial after
+    them instead of writing over one. A number no record holds (a skipped trial: not recorded in a
+    table) becomes a failed Optuna trial with no parameters."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=ctx.study, storage=store.optuna_storage(), direction="maximize")
+    by_number = {r.number: r for r in results}
+    dists = distributions(ctx)
+    for number in range(max(by_number, default=-1) + 1):
+        result = by_number.get(number)
+        if result is not None:
+            study.enqueue_trial({k.name: result.candidate.params.get(k.name, result.candidate.env.get(k.name))
+                                 for k in ctx.space.knobs}, skip_if_exists=False)
+        trial = study.ask(dists if result is not None else {})
+        assert trial.number == number, f"Optuna numbered the restored trial {trial.number}, not {number}"
+        if result is None:
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        tell(study, trial, result)
+        store.save_trial(result)
+
+
 class Tuner:
     """Runs one study to `trials` launched trials (resuming what runs.db already holds)."""
 
@@ -377,7 +411,7 @@ class Tuner:
             candidate = make_candidate(space, tuned)
             prior = self.store.trial_by_candidate(self.ctx.study, candidate)
             if prior is not None:
-                self._tell(study, trial, prior)
+                tell(study, trial, prior)
                 idle += 1
                 continue
             reason = self.pruner.reason(candidate)
@@ -428,7 +462,7 @@ class Tuner:
                 )
             if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
-            self._tell(study, trial, result)
+            tell(study, trial, result)
             done = [*before, result]  # the study's trials now: read once above, this one just saved
             typical = typical_trial_s(done)
             ranked = rank(done)
@@ -504,10 +538,3 @@ class Tuner:
                 return t
         return None
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
-        if result.status != "ok" or result.score is None:
-            study.tell(trial, state=TrialState.FAIL)
-            return
-        for gate, value in constraint_values(result).items():
-            trial.set_constraint(gate, value)
-        study.tell(trial, result.score)

@@ -4,6 +4,7 @@
         --db benchmarks/gt/runs.db --launches 2
     python benchmarks/ground_truth.py export --db benchmarks/gt/runs.db --out benchmarks/data/FILE.json \
         --space-file benchmarks/spaces/SPACE.yaml   # needed where the model is a shape directory
+    python benchmarks/ground_truth.py restore benchmarks/data/FILE.json --space SPACE.yaml --db NEW.db
 
 `measure` runs the study machinery itself (autotune.search `prepare` / `run`): one throughput-only
 study per launch repeat (`<space>-launch1`, `-launch2`, ...), each with the whole grid queued in
@@ -12,6 +13,10 @@ class plus the `--neutral-checks` candidates that differ from a measured one onl
 assumed numerics-neutral (n_threads), so the export can check that assumption against the
 greedy answers. The studies advance together one candidate at a time, so launch repeats are
 spread over the sitting and an interrupted run resumes where it stopped (re-run the command).
+
+`restore` rebuilds a table's studies (space, host, hardware, trials under their numbers, Optuna's
+trials with them) in a runs.db that holds none of them: the db of a sitting on a lent machine goes
+with the machine, the committed table stays, and `measure` goes on from the restored db.
 
 `export` turns the studies into the table (benchmarks/data/*.json) that benchmarks/search_quality.py
 replays: per candidate its launches (status, objective, score, failure), its numerics class and
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -37,9 +43,11 @@ from autotune import search
 from autotune.device import detect
 from autotune.errors import ConfigError
 from autotune.hardware import resolve_hardware
-from autotune.models import Candidate, HardwareProfile, SearchSpace, TrialResult, utc_now
+from autotune.models import Candidate, HardwareProfile, HostFingerprint, SearchSpace, TrialResult, utc_now
 from autotune.space import baseline, enumerate_candidates, load_space
+from autotune.space_fingerprint import changes, fingerprint
 from autotune.store import Store
+from autotune.study import restore_trials
 
 #: knobs whose values change the engine's arithmetic (hence greedy output) on llama.cpp
 NUMERICS_KNOBS = ("type_k", "type_v", "flash_attn", "draft_k")
@@ -109,26 +117,27 @@ def next_launch_guess_s(took: list[float], earlier_warm: list[float] | None = No
     return max(earlier_warm) if earlier_warm else took[0]
 
 
+def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> search.SearchPlan:
+    """The study plan `measure` runs (and `restore` rebuilds) under `name`."""
+    plan = search.prepare(
+        space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=args.hardware,
+        nodes=None, accuracy=accuracy, logs_dir=args.logs,
+    )
+    return plan.model_copy(update={"first": first})
+
+
 def measure(args: argparse.Namespace) -> None:
     space = load_space(args.space)
     grid = list(enumerate_candidates(space))
     launch_names, accuracy_name = study_names(space, args.launches)
-
-    def plan_for(name: str, accuracy: bool, first: list[Candidate]) -> search.SearchPlan:
-        plan = search.prepare(
-            space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=args.hardware,
-            nodes=None, accuracy=accuracy, logs_dir=args.logs,
-        )
-        return plan.model_copy(update={"first": first})
-
     accuracy_grid = accuracy_candidates(space, grid, args.neutral_checks) if not args.no_accuracy else []
     # an accuracy trial measures throughput with the same workload first: it is one of its
     # candidate's launches, so the last launch study leaves those candidates out
     measured_with_accuracy = {c.key() for c in accuracy_grid}
     queues = [grid] * (args.launches - 1) + [[c for c in grid if c.key() not in measured_with_accuracy]]
-    plans = [(plan_for(n, False, q), q) for n, q in zip(launch_names, queues)]
+    plans = [(plan_for(args, n, False, q), q) for n, q in zip(launch_names, queues)]
     if not args.no_accuracy:
-        plans.append((plan_for(accuracy_name, True, accuracy_grid), accuracy_grid))
+        plans.append((plan_for(args, accuracy_name, True, accuracy_grid), accuracy_grid))
     print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
     sitting = time.monotonic()
     took: list[float] = []  # this sitting's launches, in seconds
@@ -197,6 +206,14 @@ def measured_on(store: Store, study_names: list[str]) -> tuple[HardwareProfile, 
     return profile, "; ".join(described) or "unknown (runs.db records no host)"
 
 
+def studies_of(store: Store, names: list[str]) -> list[dict]:
+    """Each study's hardware profile, node count and host fingerprint: what `restore` needs."""
+    hosts = {r["key"]: json.loads(r["fingerprint"] or "{}") for r in store.db["hosts"].rows}
+    rows = [(name, store.study(name)) for name in names]
+    return [{"name": name, "hardware": row["hardware"], "nodes": row["nodes"], "host": hosts.get(row["host_key"])}
+            for name, row in rows if row is not None]
+
+
 def export(args: argparse.Namespace) -> None:
     store = Store(args.db, must_exist=True)
     row = next((s for s in store.studies() if s["name"].endswith("-launch1")), None)
@@ -259,6 +276,7 @@ def export(args: argparse.Namespace) -> None:
         "neutral_checks": neutral_checks,
         "answer_groups": list(digests.values()),
         "learned_failures": [{k: r.get(k) for k in ("knob_values", "failure_class", "study", "trial")} for r in learned],
+        "studies": studies_of(store, [*launch_names, accuracy_name]),
         "conditions": {
             "exported_at": utc_now(),
             "first_trial_at": min((l["started_at"] for e in by_key.values() for l in e["launches"] if l["started_at"]), default=None),
@@ -273,6 +291,55 @@ def export(args: argparse.Namespace) -> None:
     ok = sum(1 for e in by_key.values() if any(l["status"] == "ok" for l in e["launches"]))
     print(f"wrote {args.out}: {len(by_key)} candidates, {ok} with an ok launch, {len(accuracy)} accuracy classes, "
           f"{len(neutral_checks)} neutral checks ({sum(c['same_greedy_answers'] for c in neutral_checks)} same)")
+
+
+def host_from_machine_line(machine: str, engine: str) -> HostFingerprint:
+    """The first host of a table's `conditions.machine` line ("name (key value, key value, ...)"),
+    for tables exported before they recorded their studies' hosts."""
+    first = machine.split("; ")[0]
+    hostname, _, rest = first.partition(" (")
+    keys = [k for k in HostFingerprint.model_fields if k != "hostname"]
+    facts: dict[str, str] = {}
+    for part in re.split(rf", (?=(?:{'|'.join(keys)}) )", rest.removesuffix(")")):
+        key, _, value = part.partition(" ")
+        if key in keys:
+            facts[key] = value
+    return HostFingerprint.model_validate({"engine": engine, **facts, "hostname": hostname})
+
+
+def restore(args: argparse.Namespace) -> None:
+    """Rebuild a table's studies in a runs.db that holds none of them (the db of a sitting on a lent
+    machine goes with the machine; the committed table does not), so `measure` goes on from there:
+    the same space (built as `measure` builds it), host, hardware and trials under their numbers."""
+    table = json.loads(Path(args.table).read_text())
+    launches = [launch for entry in table["candidates"] for launch in entry["launches"]]
+    names = sorted({launch["study"] for launch in launches})
+    store = Store(args.db)
+    held = [name for name in names if store.study(name) is not None]
+    if held:
+        sys.exit(f"{args.db} already holds study {held[0]!r}: restore writes only into a runs.db without the "
+                 "table's studies (nothing stored is replaced); pass another --db")
+    measured = SearchSpace.model_validate(table["space"])
+    recorded = {s["name"]: s for s in table.get("studies", [])}
+    host_keys: dict[str, str] = {}
+    for name in names:
+        plan = plan_for(args, name, name.endswith("-accuracy"), [])
+        differs = [c for c in changes(measured, plan.space) if not c.startswith("model.path")]
+        if differs:
+            sys.exit(f"{args.space} is not the space {args.table} was measured with: {'; '.join(differs[:4])}")
+        info = recorded.get(name, {})
+        host = (HostFingerprint.model_validate(info["host"]) if info.get("host")
+                else host_from_machine_line(table["conditions"]["machine"], measured.engine))
+        host_keys[name] = store.save_host(host)
+        store.save_study(name, plan.space, info.get("hardware") or table["hardware"]["name"], info.get("nodes") or plan.nodes,
+                         host_keys[name], fingerprint(plan.space), accuracy=name.endswith("-accuracy"))
+        restore_trials(store, plan.ctx, [TrialResult.model_validate(l["result"]) for l in launches if l["study"] == name])
+    for learned in table.get("learned_failures", []):
+        source = store.trial(learned["study"], learned["trial"]) if learned["study"] in host_keys else None
+        if source is not None and source.failure is not None:
+            store.add_failure(host_keys[learned["study"]], measured.engine, source.failure, source.candidate,
+                              learned["study"], learned["trial"])
+    print(f"restored {len(names)} studies, {len(launches)} launches from {args.table} into {args.db}")
 
 
 def slice_table(table: dict, fixed: dict[str, str]) -> dict:
@@ -435,6 +502,13 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--space-file", default="")
     e.add_argument("--command", default="", help="the measure command, recorded in the table")
     e.add_argument("--load", default="", help="load average seen during the measurement")
+    r = sub.add_parser("restore", help="rebuild a table's studies in a runs.db without them (measure then goes on)")
+    r.add_argument("table")
+    r.add_argument("--space", required=True, help="the space file the table was measured with")
+    r.add_argument("--db", type=Path, required=True)
+    r.add_argument("--logs", type=Path, default=Path("benchmarks/gt/logs"))
+    r.add_argument("--model", default=None)
+    r.add_argument("--hardware", default=None, help="hardware profile, as given to measure")
     c = sub.add_parser("slice", help="a table restricted to some knob values (e.g. the tiny table of the CI test)")
     c.add_argument("table")
     c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
@@ -444,7 +518,8 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
     k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")
     args = parser.parse_args(argv)
-    {"measure": measure, "export": export, "slice": slice_command, "machines": machines_command}[args.cmd](args)
+    {"measure": measure, "export": export, "restore": restore, "slice": slice_command,
+     "machines": machines_command}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -194,3 +194,67 @@ def test_a_fresh_machines_first_sitting_plans_with_the_warm_launches_of_earlier_
     assert gt.next_launch_guess_s([281.0], warm) == 140.0  # before: 281, and the sitting stopped
     assert gt.next_launch_guess_s([281.0, 120.0], warm) == 120.0  # this sitting's own warm launches first
     assert gt.next_launch_guess_s([281.0], []) == 281.0
+
+
+def _launch_records(table: dict) -> list[tuple]:
+    return sorted((l["study"], l["trial"], e["key"], l["status"], l["objective"], l["started_at"])
+                  for e in table["candidates"] for l in e["launches"])
+
+
+def test_ground_truth_restore_rebuilds_the_studies_and_measure_goes_on_without_overwriting(gt, fake, tmp_path, capsys):
+    """The H200 table's runs.db lived on a lent machine and went with it: `restore` rebuilds the
+    studies from the committed table, and `measure` then launches only what the table lacks, numbering
+    its trials after the restored ones (Optuna's trials restored too: a fresh Optuna study would number
+    the next trial 0 and runs.db would write it over the restored trial 0)."""
+    import json
+
+    space = str(fake())
+    first = tmp_path / "first.db"
+    argv = ["measure", "--space", space, "--db", str(first), "--logs", str(tmp_path / "logs"), "--launches", "2",
+            "--no-accuracy", "--hardware", "h200", "--time-budget", "0.001"]
+    for _ in range(3):  # one launch a sitting: launch1 of both candidates, launch2 of the baseline only
+        gt.main(argv)
+    assert [t.status for t in Store(first).trials("fake-dummy-launch2")] == ["ok"]
+    table = tmp_path / "table.json"
+    gt.main(["export", "--db", str(first), "--out", str(table), "--space-file", space])
+
+    second = tmp_path / "second.db"  # the next sitting's fresh machine: only the table is left
+    gt.main(["restore", str(table), "--space", space, "--db", str(second), "--hardware", "h200"])
+    again = tmp_path / "again.json"
+    gt.main(["export", "--db", str(second), "--out", str(again), "--space-file", space])
+    before, after = json.loads(table.read_text()), json.loads(again.read_text())
+    assert _launch_records(after) == _launch_records(before)
+    assert after["studies"] == before["studies"] and after["hardware"]["name"] == "h200"
+
+    gt.main([*argv[:4], str(second), *argv[5:]])
+    launch2 = Store(second).trials("fake-dummy-launch2")
+    assert [(t.number, t.status) for t in launch2] == [(0, "ok"), (1, "ok")]
+    restored_baseline = next(l for l in _launch_records(before) if l[0] == "fake-dummy-launch2")
+    assert (launch2[0].candidate.key(), launch2[0].objective, launch2[0].started_at) == (
+        restored_baseline[2], restored_baseline[4], restored_baseline[5])
+    assert len(Store(second).trials("fake-dummy-launch1")) == 2  # nothing of launch1 launched again
+
+
+def test_ground_truth_restore_refuses_a_db_holding_the_studies_or_another_space(gt, fake, tmp_path):
+    db = tmp_path / "gt.db"
+    space = str(fake())
+    gt.main(["measure", "--space", space, "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "1",
+             "--no-accuracy", "--hardware", "h200"])
+    table = tmp_path / "table.json"
+    gt.main(["export", "--db", str(db), "--out", str(table), "--space-file", space])
+    held = Store(db).trials("fake-dummy-launch1")
+    with pytest.raises(SystemExit, match="already holds study 'fake-dummy-launch1'"):
+        gt.main(["restore", str(table), "--space", space, "--db", str(db), "--hardware", "h200"])
+    assert Store(db).trials("fake-dummy-launch1") == held
+    other = tmp_path / "other.yaml"
+    other.write_text(Path(space).read_text().replace("decode_max_tokens: 32", "decode_max_tokens: 64"))
+    with pytest.raises(SystemExit, match="is not the space .* was measured with: workload.decode_max_tokens"):
+        gt.main(["restore", str(table), "--space", str(other), "--db", str(tmp_path / "new.db"), "--hardware", "h200"])
+
+
+def test_a_table_without_its_studies_hosts_restores_the_host_its_machine_line_names(gt):
+    line = ("vm (gpu 1x NVIDIA H200, compute_capability sm_90, driver 580.159.04, cuda 13.0, torch 2.11.0+cu130, "
+            "engine vllm, engine_version 0.26.0)")
+    host = gt.host_from_machine_line(line, "vllm")
+    assert (host.hostname, host.gpu, host.compute_capability, host.driver, host.cuda, host.torch, host.engine_version) == (
+        "vm", "1x NVIDIA H200", "sm_90", "580.159.04", "13.0", "2.11.0+cu130", "0.26.0")

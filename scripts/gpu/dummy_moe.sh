@@ -59,6 +59,10 @@ gt)        # 16 candidates x 2 launches, ~2 min each: about 3 sittings. Carry .g
            # GT_LAUNCHES=1 fills one launch of every candidate first (launch1 study) before the repeats.
   install  # and copy $OUT/runs.db back to .gt-h200/runs.db after each sitting.
   mkdir -p .gt-h200 && cp .gt-h200/runs.db "$W/gt-runs.db" 2>/dev/null
+  # no runs.db carried or left by an earlier stage of this machine: rebuild it from the committed table
+  [[ -f $W/gt-runs.db ]] || python3 benchmarks/ground_truth.py restore benchmarks/data/gt-vllm-minimax-h200.json \
+    --space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml --db "$W/gt-runs.db" --logs "$W/logs" --hardware h200 \
+    > "$OUT/restore.txt" 2>&1 || { cat "$OUT/restore.txt"; exit 1; }
   timeout 570 python3 benchmarks/ground_truth.py measure --space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml \
     --db "$W/gt-runs.db" --logs "$W/logs" --launches "${GT_LAUNCHES:-2}" --no-accuracy --hardware h200 --time-budget 9.2 \
     > "$OUT/gt.txt" 2>&1
