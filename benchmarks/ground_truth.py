@@ -394,6 +394,8 @@ class MachineFit(BaseModel):
     values: dict[str, float]  # candidate key -> value on the first machine's level
     sigma: float | None  # launch noise within a machine (log), None with nothing left to estimate it
     df: int
+    # F test of "the candidates differ at all" (candidate + machine against machine alone); None at df 0
+    candidates_differ_p: float | None = None
 
 
 def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
@@ -431,7 +433,24 @@ def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
         for m, g in enumerate(groups)
     ]
     return MachineFit(machines=machines, values={k: math.exp(beta[i]) for i, k in enumerate(keys)},
-                      sigma=math.sqrt(rss / df) if df > 0 else None, df=df)
+                      sigma=math.sqrt(rss / df) if df > 0 else None, df=df,
+                      candidates_differ_p=_candidates_differ_p(x, y, len(keys), rss, rank, df))
+
+
+def _candidates_differ_p(x, y, n_candidates: int, rss: float, rank: int, df: int) -> float | None:
+    """p of the F test that the candidate columns of `x` explain nothing the machine columns do not."""
+    import numpy as np
+    from scipy.stats import f
+
+    if df <= 0 or n_candidates < 2:
+        return None
+    machine_only = np.column_stack([np.ones(len(y)), x[:, n_candidates:]])
+    beta0, _, rank0, _ = np.linalg.lstsq(machine_only, y, rcond=None)
+    rss0 = float(((y - machine_only @ beta0) ** 2).sum())
+    extra = rank - rank0
+    if rss <= 0:
+        return 0.0
+    return float(f.sf(((rss0 - rss) / extra) / (rss / df), extra, df))
 
 
 def on_one_machine(table: dict, fit: MachineFit) -> dict:
@@ -471,6 +490,9 @@ def machines_command(args: argparse.Namespace) -> None:
               f"level x{machine.offset:.3f} of machine 1")
     noise = f"±{fit.sigma:.1%} within a machine (df {fit.df})" if fit.sigma is not None else "not estimable (df 0)"
     print(f"launch noise: {noise}")
+    if fit.candidates_differ_p is not None:
+        print(f"do the candidates differ at all, beyond that noise (F test, machines accounted for): "
+              f"p = {fit.candidates_differ_p:.3g}")
     best = max(fit.values.values())
     for key, value in sorted(fit.values.items(), key=lambda kv: -kv[1]):
         print(f"{value:8.1f} {value / best:.3f}  {labels.get(key, key)}")

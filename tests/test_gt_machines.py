@@ -58,3 +58,26 @@ def test_the_table_on_one_machine_divides_each_launch_by_its_machine(gt):
     assert one["candidates"][2]["launches"][0]["objective"] == 118.8  # machine 1's launches stay
     assert "2 machines" in one["conditions"]["machine_adjusted"]
     assert table["candidates"][0]["launches"][1]["objective"] == 100.0  # the input is not changed
+
+
+def _noisy(spread: float) -> dict:
+    """Six candidates, three launches each on one machine: launch-to-launch wiggle of ±2 %, and the
+    candidates `spread` apart from one to the next."""
+    wiggle = (1.00, 1.02, 0.98)
+    return {"candidates": [
+        {"key": f"c{i}", "params": {"k": i}, "launches": [
+            _launch(100.0 * (1 + spread) ** i * w, f"2026-12-01T21:{10 * i + j:02d}:00+00:00") for j, w in enumerate(wiggle)]}
+        for i in range(6)]}
+
+
+def test_the_fit_says_whether_the_candidates_differ_at_all(gt):
+    """The H200 table's question before any search can be judged on it: do its candidates differ
+    beyond the launch noise (F test of candidate against machine alone)? Candidates 10 % apart with
+    ±2 % noise do; candidates 0.1 % apart with the same noise do not."""
+    apart = gt.machine_fit(_noisy(0.10), gap_min=15.0)
+    alike = gt.machine_fit(_noisy(0.001), gap_min=15.0)
+    assert apart.candidates_differ_p is not None and apart.candidates_differ_p < 1e-6
+    assert alike.candidates_differ_p is not None and alike.candidates_differ_p > 0.5
+    one_launch_each = gt.machine_fit(_table() | {"candidates": [
+        {**e, "launches": e["launches"][:1]} for e in _table()["candidates"]]}, gap_min=15.0)
+    assert one_launch_each.candidates_differ_p is None  # no launch noise left to judge by (df 0)
