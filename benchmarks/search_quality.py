@@ -25,7 +25,10 @@ ranked trial), valued at its true value in the table (mean objective over all it
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
 whose gates pass). Launches spent: finished trials, failed ones included; pruned ones are not
 launches. Autotune's default is compared with each other strategy over the same seeds with a
-one-sided paired Wilcoxon signed-rank test (scipy).
+one-sided paired Wilcoxon signed-rank test (scipy). The summary also says whether the table can
+judge any of this: an F test of whether its candidates differ at all beyond their launch noise
+(`ground_truth.machine_fit`, launches pooled); where they do not, every pick is as good as the
+optimum as far as the table knows, and no strategy can be told from another on it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optuna
 from pydantic import BaseModel, ConfigDict
@@ -59,6 +63,7 @@ from autotune.space import Pruner, baseline, enumerate_candidates, needle_check,
 from autotune.store import Store
 from autotune.study import SilentReporter, Tuner
 from autotune.trial import TrialContext
+from ground_truth import machine_fit
 
 STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
               "autotune-gate-all", "autotune-gates-at-once")
@@ -90,6 +95,9 @@ class Table:
         self.noise = pooled([[l["objective"] for l in e["launches"] if l["status"] == "ok" and l["objective"]]
                              for e in self.entries.values()])
         self.tied = self._tied_with_optimum()
+        # do the candidates differ at all beyond the launch noise (F test, the launches pooled as the
+        # replay pools them)? If not, no strategy's pick can be told from another's on this table
+        self.candidates_differ_p = machine_fit(data, gap_min=math.inf).candidates_differ_p
 
     def _tied_with_optimum(self) -> set[str]:
         """Candidates whose true value the table cannot tell from the optimum's: the gap of their
@@ -392,11 +400,14 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
         "tied_with_optimum": len(table.tied),
         "tied_min_ratio": min((table.truth[k] or 0.0) for k in table.tied) / table.optimum,
         "baseline_ratio": (table.truth.get(table.base_key) or 0.0) / table.optimum,
+        "candidates_differ_p": table.candidates_differ_p,
         "rows": rows,
         "goal": {
             "text": ">= 0.97 of the optimum in median within <= 25 % of the grid's launches, and beats random (Wilcoxon p < 0.01)",
             "met": bool(met),
             "met_at_budgets": [r["budget"] for r in met],
+            # False: the table's candidates do not differ beyond their launch noise (p >= 0.05)
+            "judgeable": table.candidates_differ_p is None or table.candidates_differ_p < 0.05,
         },
     }
 
@@ -422,6 +433,9 @@ def render(summary: dict) -> str:
         )
     goal = summary["goal"]
     lines.append(f"goal ({goal['text']}): {'met at budgets ' + str(goal['met_at_budgets']) if goal['met'] else 'NOT met'}")
+    if not goal["judgeable"]:
+        lines.append(f"this table cannot judge the goal: its candidates do not differ beyond their launch noise "
+                     f"(F test p = {summary['candidates_differ_p']:.2g}), so no strategy's pick can be told from another's")
     return "\n".join(lines)
 
 

@@ -177,3 +177,24 @@ def test_a_table_of_a_space_without_gates_ranks_every_launched_candidate(sq, gt,
     assert all(v is not None for v in h200.truth.values())
     run = sq.replay_one(h200, "grid", seed=0, budget=len(h200.grid), workdir=tmp_path)
     assert run.launches == len(h200.grid) and run.pick is not None and run.tied
+
+
+def test_the_summary_says_when_its_table_cannot_rank_its_candidates(sq):
+    """The goal compares picks by their true values; on a table whose candidates do not differ beyond
+    their launch noise (the H200 table: F test p = 0.68) that comparison measures the table's noise,
+    and the summary says so instead of letting 'NOT met' read as the search's fault."""
+    data = json.loads(TINY.read_text())
+    real = sq.Table(data)
+    assert real.candidates_differ_p is not None and real.candidates_differ_p < 0.01
+    flat = json.loads(TINY.read_text())  # every candidate moved to the same mean, its own wiggle kept
+    for entry in flat["candidates"]:
+        ok = [l for l in entry["launches"] if l["status"] == "ok"]
+        mean = sum(l["objective"] for l in ok) / len(ok) if ok else 1.0
+        for launch in ok:
+            for record in (launch, launch["result"]):
+                record["objective"] = round(record["objective"] * 30.0 / mean, 4)
+    table = sq.Table(flat)
+    assert table.candidates_differ_p is not None and table.candidates_differ_p > 0.5
+    text = sq.render(sq.summarize(table, [], ["autotune"], []))
+    assert "cannot judge the goal" in text and "do not differ beyond their launch noise" in text
+    assert "cannot judge" not in sq.render(sq.summarize(real, [], ["autotune"], []))
