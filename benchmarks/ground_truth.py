@@ -453,6 +453,51 @@ def _candidates_differ_p(x, y, n_candidates: int, rss: float, rank: int, df: int
     return float(f.sf(((rss0 - rss) / extra) / (rss / df), extra, df))
 
 
+class KnobEffect(BaseModel):
+    knob: str
+    value: object
+    factor: float  # objective with this value over the knob's default, the other knobs and the machine held
+    low: float  # 95 % interval of the factor
+    high: float
+    p: float  # two-sided: the factor is 1
+
+
+def knob_effects(table: dict, gap_min: float = SITTING_GAP_MIN) -> list[KnobEffect]:
+    """log(objective) = machine + one term per knob value off its default (main effects, no
+    interactions), by least squares over every ok launch: what each knob does, with its uncertainty,
+    pooled over every candidate that holds it. Empty where no launch noise is left to judge by."""
+    import math
+
+    import numpy as np
+    from scipy.stats import t as student
+
+    space = SearchSpace.model_validate(table["space"])
+    ok = sorted((l["started_at"], e["key"], math.log(float(l["objective"])), e["params"])
+                for e in table["candidates"] for l in e["launches"] if l["status"] == "ok" and l.get("objective"))
+    machine_of = {at: m for m, group in enumerate(by_sitting([o[:3] for o in ok], gap_min)) for at, _, _ in group}
+    terms = [(k.name, v) for k in space.knobs for v in k.values if v != k.default
+             and any(o[3].get(k.name) == v for o in ok)]
+    machines = max(machine_of.values(), default=0)
+    x = np.array([[1.0, *(1.0 if params.get(n) == v else 0.0 for n, v in terms),
+                   *(1.0 if machine_of[at] == m else 0.0 for m in range(1, machines + 1))] for at, _, _, params in ok])
+    y = np.array([o[2] for o in ok])
+    if not len(y):
+        return []
+    beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(y) - rank
+    if df <= 0 or rank < x.shape[1]:
+        return []
+    s2 = float(((y - x @ beta) ** 2).sum()) / df
+    cov = s2 * np.linalg.inv(x.T @ x)
+    q = float(student.ppf(0.975, df))
+    out = []
+    for i, (name, value) in enumerate(terms, start=1):
+        se = math.sqrt(cov[i, i])
+        out.append(KnobEffect(knob=name, value=value, factor=math.exp(beta[i]), low=math.exp(beta[i] - q * se),
+                              high=math.exp(beta[i] + q * se), p=float(2 * student.sf(abs(beta[i]) / se, df))))
+    return out
+
+
 def on_one_machine(table: dict, fit: MachineFit) -> dict:
     """The table with every launch divided by its machine's fitted level: what one machine (the
     first) would have measured, as far as the fit knows. Its spread is the within-machine noise."""
@@ -493,6 +538,9 @@ def machines_command(args: argparse.Namespace) -> None:
     if fit.candidates_differ_p is not None:
         print(f"do the candidates differ at all, beyond that noise (F test, machines accounted for): "
               f"p = {fit.candidates_differ_p:.3g}")
+    for effect in knob_effects(table, args.gap_min):
+        print(f"knob {effect.knob}={effect.value}: x{effect.factor:.3f} [{effect.low:.3f}, {effect.high:.3f}] "
+              f"p = {effect.p:.2g} (main effect, machines and the other knobs held)")
     best = max(fit.values.values())
     for key, value in sorted(fit.values.items(), key=lambda kv: -kv[1]):
         print(f"{value:8.1f} {value / best:.3f}  {labels.get(key, key)}")
@@ -535,7 +583,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("table")
     c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
     c.add_argument("--out", required=True)
-    k = sub.add_parser("machines", help="candidate and lent-machine levels fitted together (launches split by gaps)")
+    k = sub.add_parser("machines", help="candidate and lent-machine levels fitted together (launches split by gaps), whether the "
+                         "candidates differ at all (F test) and each knob's main effect")
     k.add_argument("table")
     k.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
     k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")

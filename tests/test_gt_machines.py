@@ -81,3 +81,22 @@ def test_the_fit_says_whether_the_candidates_differ_at_all(gt):
     one_launch_each = gt.machine_fit(_table() | {"candidates": [
         {**e, "launches": e["launches"][:1]} for e in _table()["candidates"]]}, gap_min=15.0)
     assert one_launch_each.candidates_differ_p is None  # no launch noise left to judge by (df 0)
+
+
+def test_knob_effects_are_fitted_with_the_machines_held(gt):
+    """Two knobs on a 2x2 grid, each launched on two machines, the second 10 % slower: knob a's
+    value 1 adds 20 %, knob b's changes nothing; the fit finds both, with the machine held."""
+    space = {"name": "s", "engine": "llamacpp", "model": {"name": "m", "path": "m.gguf"},
+             "knobs": [{"name": "a", "values": [0, 1], "default": 0}, {"name": "b", "values": [0, 1], "default": 0}]}
+    wiggle = {(0, 0): 1.01, (0, 1): 0.99, (1, 0): 0.995, (1, 1): 1.005}
+    candidates = []
+    for i, (a, b) in enumerate(wiggle):
+        value = 100.0 * (1.2 if a else 1.0)
+        candidates.append({"key": f"c{a}{b}", "params": {"a": a, "b": b}, "launches": [
+            _launch(value * wiggle[(a, b)], f"2026-12-01T21:0{i}:00+00:00"),
+            _launch(value * 0.9 / wiggle[(a, b)], f"2026-12-02T01:0{i}:00+00:00")]})
+    effects = {(e.knob, e.value): e for e in gt.knob_effects({"space": space, "candidates": candidates}, gap_min=15.0)}
+    assert set(effects) == {("a", 1), ("b", 1)}
+    assert math.isclose(effects[("a", 1)].factor, 1.2, rel_tol=0.01) and effects[("a", 1)].p < 0.01
+    assert effects[("a", 1)].low < 1.2 < effects[("a", 1)].high
+    assert math.isclose(effects[("b", 1)].factor, 1.0, abs_tol=0.01) and effects[("b", 1)].p > 0.3
