@@ -202,14 +202,33 @@ class Workload(Strict):
     )
 
 
+#: single-stream decode objectives; `output_tps_c<N>` is the aggregate output of N concurrent streams
+DECODE_OBJECTIVES = ("decode_tps_geomean", "decode_tps_prose", "decode_tps_structured")
+
+
 class Objective(Strict):
-    metric: Literal["decode_tps_geomean", "decode_tps_prose", "decode_tps_structured"] = (
-        "decode_tps_geomean"
+    metric: str = Field(
+        "decode_tps_geomean",
+        description="decode_tps_geomean | decode_tps_prose | decode_tps_structured (one stream), or output_tps_cN: "
+        "aggregate output tok/s with N requests in flight (N must be in workload.concurrency)",
     )
     mad_penalty: float = Field(1.0, description="rank by median - penalty * 1.4826 * MAD")
     confirm_alpha: Literal[0.05, 0.01] = Field(
         0.01, description="one-sided significance level of the confirmation's test against launch noise"
     )
+
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        if metric not in DECODE_OBJECTIVES and not re.fullmatch(r"output_tps_c([2-9]|[1-9]\d+)", metric):
+            raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, or output_tps_cN (N >= 2)")
+        return metric
+
+    @property
+    def concurrency(self) -> int | None:
+        """N of an output_tps_cN objective; None for the single-stream decode objectives."""
+        return int(self.metric.removeprefix("output_tps_c")) if self.metric.startswith("output_tps_c") else None
 
 
 class Gates(Strict):
@@ -259,6 +278,10 @@ class SearchSpace(Strict):
                     f"knob {knob.name}: default {knob.default!r} (the engine's own value, trial 0) must be one of "
                     f"its values {knob.values}"
                 )
+        level = self.objective.concurrency
+        if level is not None and level not in self.workload.concurrency:
+            raise ValueError(f"objective.metric {self.objective.metric} needs {level} in workload.concurrency "
+                             f"(now {self.workload.concurrency})")
         bad = {k: f for k, f in self.plugin_flags.items() if not f.startswith("--")}
         if bad:
             raise ValueError(f"plugin_flags must map knobs to --flags: {bad}")

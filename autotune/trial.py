@@ -66,9 +66,12 @@ Events = Callable[[str], None]
 
 def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
     """The context of a relaunch that measures the objective alone (decode at one stream on the
-    short prompts): no cold prefill, no long-context decode, no concurrency; `workload` sets more."""
+    short prompts, and the objective's own wave of N streams where it is output_tps_cN): no cold
+    prefill, no long-context decode, no other concurrency; `workload` sets more."""
+    level = ctx.space.objective.concurrency
     work = ctx.space.workload.model_copy(
-        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1], **workload}
+        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1] + ([level] if level else []),
+                **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
 

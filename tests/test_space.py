@@ -121,3 +121,35 @@ knobs:
     assert cand.env == {"OMP_NUM_THREADS": "2"}
     assert "OMP_NUM_THREADS" not in cand.params
     assert baseline(space).env == {}
+
+
+def test_an_objective_at_n_concurrent_streams_needs_that_level_in_the_workload(tmp_path):
+    """Aggregate output tok/s with N requests in flight (`output_tps_cN`) is what a box serving
+    several users is tuned for; the workload must measure that level."""
+    space = load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 8]}\nobjective: {metric: output_tps_c8}\n"))
+    assert space.objective.metric == "output_tps_c8" and space.objective.concurrency == 8
+    assert load_space(write(tmp_path, MINIMAL)).objective.concurrency is None  # decode at one stream
+    with pytest.raises(ConfigError, match="output_tps_c8 needs 8 in workload.concurrency"):
+        load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 4]}\nobjective: {metric: output_tps_c8}\n"))
+    with pytest.raises(ConfigError, match="objective.metric"):
+        load_space(write(tmp_path, MINIMAL + "objective: {metric: output_tps_fast}\n"))
+
+
+def test_the_objective_at_n_streams_is_read_from_that_wave_and_relaunches_keep_it(tmp_path):
+    from autotune.bench.throughput import objective_value
+    from autotune.models import Measurement
+    from autotune.trial import TrialContext, objective_only
+    from autotune.engines import get_engine
+
+    measured = [Measurement.of("decode_tps.prose", "tok/s", "one stream", [40.0, 42.0, 41.0]),
+                Measurement.of("output_tps.c8", "tok/s", "8 streams, one wave", [250.0])]
+    assert objective_value(measured, "output_tps_c8", 1.0) == pytest.approx((250.0, 250.0))  # one wave: no MAD
+    assert objective_value(measured, "decode_tps_prose", 0.0) == pytest.approx((41.0, 41.0))
+    space = load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 8], prefill_tokens: [512]}\n"
+                                                 "objective: {metric: output_tps_c8}\n"))
+    ctx = TrialContext(study="s", space=space, model=space.model, engine=get_engine("llamacpp").use_space(space),
+                       logs_dir=tmp_path)
+    trimmed = objective_only(ctx).space.workload
+    assert trimmed.concurrency == [1, 8] and trimmed.prefill_tokens == []  # the objective's wave stays
+    plain = load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 8]}\n", "plain.yaml"))
+    assert objective_only(ctx.model_copy(update={"space": plain})).space.workload.concurrency == [1]

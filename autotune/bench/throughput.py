@@ -305,6 +305,9 @@ def objective_value(measurements: list[Measurement], metric: str, mad_penalty: f
     by_name = {m.name: m for m in measurements}
     if metric == "decode_tps_geomean":
         parts = [m for n, m in by_name.items() if n.startswith("decode_tps.")]
+    elif metric.startswith("output_tps_c"):
+        name = "output_tps." + metric.removeprefix("output_tps_")
+        parts = [by_name[name]] if name in by_name else []
     else:
         name = "decode_tps." + metric.removeprefix("decode_tps_")
         parts = [by_name[name]] if name in by_name else []
