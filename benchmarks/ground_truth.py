@@ -342,6 +342,39 @@ def restore(args: argparse.Namespace) -> None:
     print(f"restored {len(names)} studies, {len(launches)} launches from {args.table} into {args.db}")
 
 
+def retarget(args: argparse.Namespace) -> None:
+    """The table with another objective, read from the stored measurements of the same launches
+    (e.g. the 8-stream wave every H200 launch measured besides its single-stream objective)."""
+    from pydantic import ValidationError
+
+    from autotune.bench.throughput import MeasurementFailed, objective_value
+    from autotune.models import Measurement
+
+    table = json.loads(Path(args.table).read_text())
+    try:
+        space = SearchSpace.model_validate({**table["space"], "objective": {**table["space"]["objective"],
+                                                                             "metric": args.objective}})
+    except ValidationError as exc:
+        sys.exit(f"{args.objective}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+    out = json.loads(json.dumps(table))
+    for entry in out["candidates"]:
+        for launch in entry["launches"]:
+            if launch["status"] != "ok":
+                continue
+            measured = [Measurement.model_validate(m) for m in launch["result"]["measurements"]]
+            try:
+                objective, score = objective_value(measured, args.objective, space.objective.mad_penalty)
+            except MeasurementFailed as exc:
+                sys.exit(f"{launch['study']} trial {launch['trial']}: {exc}")
+            for record in (launch, launch["result"]):
+                record["objective"], record["score"] = round(objective, 4), round(score, 4)
+    out["space"], out["objective"] = space.model_dump(mode="json"), args.objective
+    out["conditions"]["retargeted"] = (f"objective {args.objective} instead of {table['objective']}, read from the "
+                                       f"stored measurements of the same launches (ground_truth.py retarget)")
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}: objective {args.objective} over {sum(len(e['launches']) for e in out['candidates'])} launches")
+
+
 def slice_table(table: dict, fixed: dict[str, str]) -> dict:
     """The table restricted to the candidates with the `fixed` knob values (matched as text): the
     space keeps those knobs with the one value, so every kept candidate keeps its key."""
@@ -579,6 +612,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--logs", type=Path, default=Path("benchmarks/gt/logs"))
     r.add_argument("--model", default=None)
     r.add_argument("--hardware", default=None, help="hardware profile, as given to measure")
+    g = sub.add_parser("retarget", help="the table with another objective, read from the same launches' measurements")
+    g.add_argument("table")
+    g.add_argument("--objective", required=True, help="e.g. output_tps_c8")
+    g.add_argument("--out", required=True)
     c = sub.add_parser("slice", help="a table restricted to some knob values (e.g. the tiny table of the CI test)")
     c.add_argument("table")
     c.add_argument("--fix", action="append", default=[], help="KNOB=VALUE, repeatable")
@@ -589,7 +626,7 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
     k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")
     args = parser.parse_args(argv)
-    {"measure": measure, "export": export, "restore": restore, "slice": slice_command,
+    {"measure": measure, "export": export, "restore": restore, "retarget": retarget, "slice": slice_command,
      "machines": machines_command}[args.cmd](args)
 
 

@@ -258,3 +258,27 @@ def test_a_table_without_its_studies_hosts_restores_the_host_its_machine_line_na
     host = gt.host_from_machine_line(line, "vllm")
     assert (host.hostname, host.gpu, host.compute_capability, host.driver, host.cuda, host.torch, host.engine_version) == (
         "vm", "1x NVIDIA H200", "sm_90", "580.159.04", "13.0", "2.11.0+cu130", "0.26.0")
+
+
+def test_a_table_retargeted_to_another_objective_reads_it_from_the_same_launches(gt, fake, tmp_path):
+    """The H200 launches measured a wave of 8 streams besides the single-stream objective: `retarget`
+    makes the table whose objective is that wave, from the stored measurements of the same launches
+    (no launch repeated), and refuses an objective the launches did not measure."""
+    import json
+
+    db, table, c4 = tmp_path / "gt.db", tmp_path / "table.json", tmp_path / "c4.json"
+    space = str(fake())
+    gt.main(["measure", "--space", space, "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "1",
+             "--no-accuracy", "--hardware", "h200"])
+    gt.main(["export", "--db", str(db), "--out", str(table), "--space-file", space])
+    gt.main(["retarget", str(table), "--objective", "output_tps_c4", "--out", str(c4)])
+    before, after = json.loads(table.read_text()), json.loads(c4.read_text())
+    assert after["objective"] == after["space"]["objective"]["metric"] == "output_tps_c4"
+    assert "output_tps_c4" in after["conditions"]["retargeted"]
+    for old, new in zip(before["candidates"], after["candidates"]):
+        for was, now in zip(old["launches"], new["launches"]):
+            wave = next(m for m in now["result"]["measurements"] if m["name"] == "output_tps.c4")
+            assert now["objective"] == now["result"]["objective"] == round(wave["median"], 4)
+            assert now["started_at"] == was["started_at"] and was["objective"] != now["objective"]
+    with pytest.raises(SystemExit, match="output_tps_c8 needs 8 in workload.concurrency"):
+        gt.main(["retarget", str(table), "--objective", "output_tps_c8", "--out", str(tmp_path / "c8.json")])
