@@ -159,7 +159,7 @@ def search(
     if dry_run:
         report.print_dry_run(console, plan)
         return
-    reporter = report.RichReporter(console, log_dir=logs / plan.study)
+    reporter = report.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
     try:
         outcome = search_lib.run(
             plan,

@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from autotune.errors import ConfigError
-from autotune.models import ProbeResult, SearchSpace, TrialResult
+from autotune.models import Objective, ProbeResult, SearchSpace, TrialResult
 from autotune.noise import single_launch_verdict
 from autotune.report import diff_label
 from autotune.score import verdict
@@ -78,15 +78,17 @@ def _figure_html(fig: go.Figure, div_id: str, height: int = 420) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG)
 
 
-def pareto_figure(ran: list[TrialResult], best: TrialResult | None) -> go.Figure:
+def pareto_figure(ran: list[TrialResult], best: TrialResult | None, objective: Objective | None = None) -> go.Figure:
+    objective = objective or Objective()
+    short = objective.short
     with_acc = [t for t in ran if accuracy_of(t) is not None]
     with_ttft = [t for t in ran if _median(t, "ttft_ms.prose") is not None]
     fig = make_subplots(
         rows=1,
         cols=2,
         subplot_titles=(
-            "decode tok/s vs accuracy (higher, higher)" if with_acc else "no accuracy measured (--no-accuracy)",
-            "decode tok/s vs TTFT (higher, lower)",
+            f"{short} tok/s vs accuracy (higher, higher)" if with_acc else "no accuracy measured (--no-accuracy)",
+            f"{short} tok/s vs TTFT (higher, lower)",
         ),
     )
     for col, trials, y_of, higher in (
@@ -128,7 +130,7 @@ def pareto_figure(ran: list[TrialResult], best: TrialResult | None) -> go.Figure
                 row=1,
                 col=col,
             )
-    fig.update_xaxes(title_text="decode tok/s (objective)")
+    fig.update_xaxes(title_text=f"{objective.label} (objective)")
     fig.update_yaxes(title_text="accuracy (qeval, else needle)", tickformat=".0%", range=[-0.03, 1.05], row=1, col=1)
     fig.update_yaxes(title_text="TTFT ms (prose, median)", row=1, col=2)
     return fig
@@ -165,7 +167,7 @@ def knob_figure(ran: list[TrialResult], space: SearchSpace) -> go.Figure | None:
             col=i % cols + 1,
         )
         fig.update_xaxes(type="category", row=i // cols + 1, col=i % cols + 1)
-    fig.update_yaxes(title_text="decode tok/s", col=1)
+    fig.update_yaxes(title_text=f"{space.objective.short} tok/s", col=1)
     return fig
 
 
@@ -225,7 +227,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
         return '<p class="bad">No trial ran and passed its gates: no winner.</p>'
     lines = [
         f"<p><b>best: trial {best.number}</b> <code>{_e(diff_label(best.candidate, base.candidate if base else None))}</code>"
-        f" &mdash; {_fmt(best.objective)} tok/s decode</p>"
+        f" &mdash; {_fmt(best.objective)} tok/s {_e(outcome.objective.short)}</p>"
     ]
     noise_text = outcome.noise.describe() if outcome.noise else "launch-to-launch noise unknown"
     if base is not None and base.objective and best.objective and best.number != base.number:
@@ -391,7 +393,7 @@ def build_html(store: Store, study: str) -> str:
     predicted = predicted_figure(ran)
     sections = [
         ("verdict", "Verdict", verdict_section(outcome)),
-        ("pareto", "Pareto fronts", _figure_html(pareto_figure(ran, outcome.best), "plot-pareto", 440)
+        ("pareto", "Pareto fronts", _figure_html(pareto_figure(ran, outcome.best, outcome.objective), "plot-pareto", 440)
          + "<p class='meta'>Each point is a trial that ran; the dotted line joins the trials no other "
            "gate-passing trial beats on both axes.</p>"),
         ("knobs", "Throughput per knob value (what mattered)",

@@ -230,6 +230,20 @@ class Objective(Strict):
         """N of an output_tps_cN objective; None for the single-stream decode objectives."""
         return int(self.metric.removeprefix("output_tps_c")) if self.metric.startswith("output_tps_c") else None
 
+    @property
+    def short(self) -> str:
+        """What the objective's tok/s are, in a few words: "decode" or "output at 8 streams"."""
+        return f"output at {self.concurrency} streams" if self.concurrency else "decode"
+
+    @property
+    def label(self) -> str:
+        """The objective as a caption says it."""
+        if self.concurrency:
+            return f"output tok/s of {self.concurrency} concurrent requests (one wave)"
+        which = {"decode_tps_geomean": "geometric mean of prose and structured", "decode_tps_prose": "prose",
+                 "decode_tps_structured": "structured"}[self.metric]
+        return f"decode tok/s, 1 stream, {which}"
+
 
 class Gates(Strict):
     needle: NeedleConfig | None = Field(default_factory=NeedleConfig)

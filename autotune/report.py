@@ -13,7 +13,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from autotune.models import Candidate, FailureInfo, LaunchSpec, PlanReport, TrialResult
+from autotune.models import Candidate, FailureInfo, LaunchSpec, Objective, PlanReport, TrialResult
 from autotune.noise import single_launch_inside, single_launch_verdict
 from autotune.progress import RunForecast, eta_s, fmt_duration
 from autotune.score import verdict
@@ -95,9 +95,10 @@ class RichReporter:
     """Progress of a running study: what will run and how long; trial n of N, its phase with a
     moving clock, the engine log while it starts, requests done; the ETA; last result and best."""
 
-    def __init__(self, console: Console, log_dir: Path | None = None) -> None:
+    def __init__(self, console: Console, log_dir: Path | None = None, objective: Objective | None = None) -> None:
         self.console = console
         self.log_dir = log_dir
+        self.objective = objective or Objective()
         self.status: Status | None = None
         self.line: ProgressLine | None = None
         self.t0 = time.monotonic()
@@ -174,7 +175,7 @@ class RichReporter:
             self.durations.append(result.duration_s)
         if result.status == "ok":
             line = (
-                f"  decode {_fmt(result.objective)} tok/s (prose {_fmt(_median(result, 'decode_tps.prose'))}, "
+                f"  {self.objective.short} {_fmt(result.objective)} tok/s (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
                 f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
                 f"TTFT {_fmt(_median(result, 'ttft_ms.prose'), 0)} ms"
             )
@@ -199,7 +200,8 @@ class RichReporter:
         line += f" [dim]({took})[/]"
         self.console.print(line)
         if best is not None:
-            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s ({best.candidate.label()})")
+            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s {self.objective.short} "
+                               f"({best.candidate.label()})")
         left = self.total - self.launched
         eta = self._eta_for(left)
         if eta is not None and self.durations:
@@ -255,10 +257,9 @@ def forecast_text(plan: RunForecast) -> str:
     )
 
 
-TABLE_CAPTION = (
-    "tok/s: decode, geometric mean of prose and structured (1 stream); pred.: the planner's "
-    "prediction; prefill: cold prefill tok/s at the longest prompt"
-)
+def table_caption(objective: Objective) -> str:
+    return (f"tok/s: the objective, {objective.label}; pred.: the planner's prediction (decode, 1 stream); "
+            "prose, struct: decode tok/s of each prompt set; prefill: cold prefill tok/s at the longest prompt")
 WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
 
 
@@ -287,7 +288,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
     base = outcome.baseline.candidate if outcome.baseline else None
     launched = [t for t in outcome.trials if t.status != "skipped"]
     if width is not None and width < WIDE_COLUMNS:
-        table = Table(title=f"study {outcome.name}", caption=TABLE_CAPTION, show_lines=True)
+        table = Table(title=f"study {outcome.name}", caption=table_caption(outcome.objective), show_lines=True)
         table.add_column("#", no_wrap=True)
         table.add_column("config / numbers / verdict", overflow="fold")
         for t in launched:
@@ -298,7 +299,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
             cell.append("\n" + verdict(t), style="green" if verdict(t) == "ok" else "red")
             table.add_row(_number_cell(t, best), cell)
         return table
-    table = Table(title=f"study {outcome.name}", caption=TABLE_CAPTION, show_lines=False)
+    table = Table(title=f"study {outcome.name}", caption=table_caption(outcome.objective), show_lines=False)
     # short cells never wrap: on a narrow terminal config and verdict take the squeeze
     table.add_column("#", no_wrap=True)
     table.add_column("config", overflow="fold", min_width=16)
@@ -379,7 +380,7 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         ratio = best.objective / base.objective
         judged = single_launch_verdict(ratio, noise)
         console.print(
-            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s: x{ratio:.2f}, one launch each "
+            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s {outcome.objective.short}: x{ratio:.2f}, one launch each "
             f"({judged}; {noise_text})"
         )
     elif best.number == 0:

@@ -27,7 +27,7 @@ from typing import Protocol
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.deferred import (
     REFERENCE_NEEDLE, gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, reference_context,
@@ -37,7 +37,7 @@ from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure, shared_cause
-from autotune.models import Candidate, Confirmation, Scalar, SearchSpace, TrialResult
+from autotune.models import Candidate, Confirmation, Objective, Scalar, SearchSpace, TrialResult
 from autotune.noise import LaunchNoise
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
@@ -93,6 +93,7 @@ class StudyOutcome(BaseModel):
     confirmation: Confirmation | None = None
     noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine
     accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
+    objective: Objective = Field(default_factory=Objective)  # what the trials' objective and score measure
 
     @property
     def best(self) -> TrialResult | None:
@@ -155,8 +156,10 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
     row = store.study(name)
     accuracy = store.study_accuracy(name)
     noise = None
+    objective = Objective()
     if row is not None:
-        gates = SearchSpace.model_validate_json(row["space"]).gates
+        space = SearchSpace.model_validate_json(row["space"])
+        gates, objective = space.gates, space.objective
         reference = reference_of(store, name, trials)
         trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
         noise = store.launch_noise(row["host_key"], row["engine"])
@@ -173,6 +176,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         confirmation=store.confirmation(name),
         noise=noise,
         accuracy=accuracy,
+        objective=objective,
     )
 
 

@@ -113,3 +113,21 @@ def test_show_piped_keeps_config_and_verdict(db):
         [sys.executable, "-m", "autotune", "show", "--db", str(db)], capture_output=True, text=True, env=env, check=True
     ).stdout
     assert_nothing_dropped(out, db)
+
+
+def test_show_names_what_the_objective_measures(tmp_path, monkeypatch, capsys):
+    """A study tuned for 8 concurrent streams ranks aggregate output, not single-stream decode: the
+    table's caption and the verdict say which (they said "decode" whatever the objective)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["show", "--db", str(build_db(tmp_path / "decode.db"))]) == 0
+    assert "decode tok/s, 1 stream, geometric mean of prose and structured" in column_text(capsys.readouterr().out)
+    space = load_space("llamacpp-gemma3-270m")
+    space = space.model_copy(update={"workload": space.workload.model_copy(update={"concurrency": [1, 8]}),
+                                     "objective": space.objective.model_copy(update={"metric": "output_tps_c8"})})
+    path = tmp_path / "c8.db"
+    build_db(path)
+    Store(path).db["tuning_studies"].update(STUDY, {"space": space.model_dump_json()})
+    assert main(["show", "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "output tok/s of 8 concurrent requests (one wave)" in column_text(out)
+    assert "tok/s output at 8 streams: x" in out
