@@ -887,6 +887,7 @@ class RecipeVerdict(Record):
     summary: str
     accuracy: Literal["pass", "unchecked", "fail", "not applicable"]
     launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine")
+    objective: str | None = Field(None, description="what the ratios and samples measure (the space's objective)")
     confirmation: Confirmation | None = None
 
 

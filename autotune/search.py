@@ -561,6 +561,7 @@ def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResul
         summary=summary,
         accuracy=accuracy,
         launch_noise=outcome.noise.describe() if outcome.noise else "unknown: no config was launched twice on this host",
+        objective=space.objective.label,
         confirmation=confirmation,
     )
 

@@ -251,6 +251,7 @@ def test_export_after_no_winner_labels_the_recipe(tmp_path, capsys):
                              verdict="no winner: x1.02 is inside the noise")
     data, err = _export(capsys, _store_with(tmp_path, no_winner))
     assert data["verdict"]["status"] == "no winner"
+    assert data["verdict"]["objective"] == "decode tok/s, 1 stream, geometric mean of prose and structured"
     assert data["verdict"]["confirmation"]["baseline_samples"] == [100.0, 108.0]
     assert data["provenance"]["date"] == "2026-11-30T11:11:11+00:00"  # when it was measured, not exported
     assert "not a confirmed winner (no winner)" in err
