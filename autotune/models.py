@@ -217,7 +217,6 @@ class Objective(Strict):
         0.01, description="one-sided significance level of the confirmation's test against launch noise"
     )
 
-
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, metric: str) -> str:
