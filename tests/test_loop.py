@@ -156,3 +156,38 @@ def test_ctrl_c_stops_the_engine(space, tmp_path):
     while engine_pids(alias) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not engine_pids(alias)
+
+
+CONCURRENT = """
+name: loop-concurrent
+""" + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
+knobs:
+  - {{name: n_threads, values: [1, 2], default: 1}}
+workload:
+  decode_max_tokens: 16
+  prompt_sets: [prose]
+  prompts_per_set: 1
+  repeats: 1
+  warmup_requests: 1
+  prefill_tokens: []
+  concurrency: [1, 3]
+  startup_timeout_s: 120
+objective: {{metric: output_tps_c3}}
+gates: {{needle: null, qeval: null}}
+"""
+
+
+def test_an_objective_at_three_streams_is_measured_on_llama_cpp(tmp_path, gemma_gguf, capsys):
+    """llama-cpp-python's server ends a stream when another request waits for the model
+    (interrupt_requests, on by default): a wave of 3 requests measured 2 cut-short streams and the
+    trial failed. With it off they queue, and the wave's aggregate output is the objective."""
+    path = tmp_path / "concurrent.yaml"
+    path.write_text(CONCURRENT.format(alias=f"conc-{uuid.uuid4().hex[:8]}", model=gemma_gguf))
+    db = tmp_path / "runs.db"
+    assert main(["search", "--space", str(path), "--db", str(db), "--trials", "1", "--confirm-rounds", "0"]) == 0
+    [trial] = Store(db).trials("loop-concurrent-cpu-x1")
+    assert trial.status == "ok", trial.reason
+    wave = next(m for m in trial.measurements if m.name == "output_tps.c3")
+    assert trial.objective == pytest.approx(wave.median, rel=1e-3) and wave.failed_requests == 0
+    assert "--interrupt_requests" in trial.launch.nodes[0].argv
+    assert "output at 3 streams" in capsys.readouterr().out

@@ -85,6 +85,16 @@ class LlamaCppEngine(Engine):
     needs_gpu = False
     gates_at_end = True  # a relaunch takes ~2 s here (docs/measurements.md), a needle + qeval run ~210 s
     startup_guess_s = 5.0
+    queue_requests = False  # set by use_space where the workload or qeval sends requests in parallel
+
+    def use_space(self, space: SearchSpace) -> LlamaCppEngine:
+        super().use_space(space)
+        # llama-cpp-python's server ends a stream when another request waits for the model
+        # (interrupt_requests, on by default): a wave of N requests would measure cut-short streams.
+        # Off, they queue for its one model lock and the wave measures what this server delivers.
+        qeval = space.gates.qeval
+        self.queue_requests = any(level > 1 for level in space.workload.concurrency) or bool(qeval and qeval.concurrency > 1)
+        return self
 
     def version(self) -> str | None:
         try:
@@ -158,6 +168,8 @@ class LlamaCppEngine(Engine):
         if draft_k:
             argv += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(draft_k)]
         argv += self.plugin_args(dict(params))
+        if self.queue_requests:
+            argv += ["--interrupt_requests", "False"]
         return LaunchSpec(
             engine=self.name,
             nodes=[NodeLaunch(argv=argv, env=dict(candidate.env))],
