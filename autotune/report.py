@@ -260,6 +260,8 @@ def forecast_text(plan: RunForecast) -> str:
 def table_caption(objective: Objective) -> str:
     return (f"tok/s: the objective, {objective.label}; pred.: the planner's prediction (decode, 1 stream); "
             "prose, struct: decode tok/s of each prompt set; prefill: cold prefill tok/s at the longest prompt")
+
+
 WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
 
 

@@ -37,13 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from autotune import search
+from autotune.bench.throughput import MeasurementFailed, objective_value
 from autotune.device import detect
 from autotune.errors import ConfigError
 from autotune.hardware import resolve_hardware
-from autotune.models import Candidate, HardwareProfile, HostFingerprint, SearchSpace, TrialResult, utc_now
+from autotune.models import Candidate, HardwareProfile, HostFingerprint, Measurement, SearchSpace, TrialResult, utc_now
 from autotune.space import baseline, enumerate_candidates, load_space
 from autotune.space_fingerprint import changes, fingerprint
 from autotune.store import Store
@@ -345,11 +346,6 @@ def restore(args: argparse.Namespace) -> None:
 def retarget(args: argparse.Namespace) -> None:
     """The table with another objective, read from the stored measurements of the same launches
     (e.g. the 8-stream wave every H200 launch measured besides its single-stream objective)."""
-    from pydantic import ValidationError
-
-    from autotune.bench.throughput import MeasurementFailed, objective_value
-    from autotune.models import Measurement
-
     table = json.loads(Path(args.table).read_text())
     try:
         space = SearchSpace.model_validate({**table["space"], "objective": {**table["space"]["objective"],
@@ -431,6 +427,13 @@ class MachineFit(BaseModel):
     candidates_differ_p: float | None = None
 
 
+def ok_launches(table: dict) -> list[tuple[str, str, float]]:
+    """Every ok launch of the table as (started_at, candidate key, objective), in time order."""
+    return sorted((launch["started_at"], entry["key"], float(launch["objective"]))
+                  for entry in table["candidates"] for launch in entry["launches"]
+                  if launch["status"] == "ok" and launch.get("objective"))
+
+
 def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
     """Split the table's launches into machines wherever two consecutive launches are more than
     `gap_min` minutes apart (a lent machine is given back when idle; the next sitting gets another)
@@ -440,11 +443,7 @@ def machine_fit(table: dict, gap_min: float = SITTING_GAP_MIN) -> MachineFit:
 
     import numpy as np
 
-    ok = sorted(
-        (launch["started_at"], entry["key"], float(launch["objective"]))
-        for entry in table["candidates"] for launch in entry["launches"]
-        if launch["status"] == "ok" and launch.get("objective")
-    )
+    ok = ok_launches(table)
     if not ok:
         raise ConfigError("the table has no ok launch")
     groups = by_sitting(ok, gap_min)
@@ -505,15 +504,15 @@ def knob_effects(table: dict, gap_min: float = SITTING_GAP_MIN) -> list[KnobEffe
     from scipy.stats import t as student
 
     space = SearchSpace.model_validate(table["space"])
-    ok = sorted((l["started_at"], e["key"], math.log(float(l["objective"])), e["params"])
-                for e in table["candidates"] for l in e["launches"] if l["status"] == "ok" and l.get("objective"))
-    machine_of = {at: m for m, group in enumerate(by_sitting([o[:3] for o in ok], gap_min)) for at, _, _ in group}
+    params_of = {entry["key"]: entry["params"] for entry in table["candidates"]}
+    ok = ok_launches(table)
+    machine_of = {at: m for m, group in enumerate(by_sitting(ok, gap_min)) for at, _, _ in group}
     terms = [(k.name, v) for k in space.knobs for v in k.values if v != k.default
-             and any(o[3].get(k.name) == v for o in ok)]
+             and any(params_of[key].get(k.name) == v for _, key, _ in ok)]
     machines = max(machine_of.values(), default=0)
-    x = np.array([[1.0, *(1.0 if params.get(n) == v else 0.0 for n, v in terms),
-                   *(1.0 if machine_of[at] == m else 0.0 for m in range(1, machines + 1))] for at, _, _, params in ok])
-    y = np.array([o[2] for o in ok])
+    x = np.array([[1.0, *(1.0 if params_of[key].get(n) == v else 0.0 for n, v in terms),
+                   *(1.0 if machine_of[at] == m else 0.0 for m in range(1, machines + 1))] for at, key, _ in ok])
+    y = np.array([math.log(value) for _, _, value in ok])
     if not len(y):
         return []
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
