@@ -20,6 +20,7 @@ from autotune.bench.qeval import (
     run_qeval,
     score_answer,
 )
+from autotune.bench import sandbox
 from autotune.bench.sandbox import run_python_tests
 from autotune.errors import ConfigError
 from autotune.models import QevalConfig, QevalReport, RequestResult
@@ -144,6 +145,21 @@ def test_sandbox_kills_an_endless_loop_within_its_limit() -> None:
     result = run_python_tests("def f():\n    while True:\n        pass\n", ["f() == 1"], timeout_s=1.0)
     assert result.timed_out and not result.ok
     assert time.monotonic() - start < 20.0  # killed, not left running (generous: CI machines are busy)
+
+
+def test_sandbox_reports_the_cpu_limit_as_a_time_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CPU limit (same size as the wall limit) can strike before the parent's wall-clock wait
+    # ends, e.g. on a busy CI machine: the kernel kills the child and that is a time-out too.
+    real_popen = sandbox.subprocess.Popen
+
+    class LateWaitingPopen(real_popen):  # type: ignore[misc,valid-type]
+        def wait(self, timeout: float | None = None) -> int:
+            return super().wait(None if timeout is None else timeout + 30.0)
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", LateWaitingPopen)
+    result = run_python_tests("def f():\n    while True:\n        pass\n", ["f() == 1"], timeout_s=1.0)
+    assert result.timed_out and not result.ok
+    assert "CPU" in result.error
 
 
 def test_sandbox_refuses_network_and_stray_writes(tmp_path: Any) -> None:

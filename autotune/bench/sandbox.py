@@ -8,15 +8,17 @@ Before the model's code runs, a prelude in the child
   * installs an audit hook that refuses network and process creation (imports of socket, ssl,
     ctypes, subprocess, multiprocessing; socket/subprocess/os.system/exec/fork/kill events) and any
     file write, removal or rename outside the temporary directory.
-The parent kills the child's process group at the wall-clock limit. This guards against the
-accidents a small model's code can cause (loops, memory blow-ups, stray writes); it is not a
-boundary against deliberately hostile code.
+The parent kills the child's process group at the wall-clock limit; a child the CPU limit stops
+first is reported as timed out too. This guards against the accidents a small model's code can
+cause (loops, memory blow-ups, stray writes); it is not a boundary against deliberately hostile
+code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import signal
@@ -30,17 +32,20 @@ MEMORY_LIMIT_BYTES = 1 << 30
 FILE_SIZE_LIMIT_BYTES = 1 << 20
 OPEN_FILES_LIMIT = 64
 OUTPUT_TAIL_CHARS = 2000
+CPU_LIMIT_EXIT_STATUSES = (-signal.SIGXCPU, -signal.SIGKILL)  # soft limit, then hard limit
 
 _PRELUDE = r"""
 import json, os, resource, sys
 
-def _limit(which, value):
+def _limit(which, value, grace=0):
     soft, hard = resource.getrlimit(which)
     if hard != resource.RLIM_INFINITY:
         value = min(value, hard)
-    resource.setrlimit(which, (value, value))
+        grace = min(grace, hard - value)
+    resource.setrlimit(which, (value, value + grace))
 
-_limit(resource.RLIMIT_CPU, __CPU_S__)
+# SIGXCPU at the soft limit, SIGKILL one second later should the code catch SIGXCPU.
+_limit(resource.RLIMIT_CPU, __CPU_S__, grace=1)
 _limit(resource.RLIMIT_AS, __MEMORY__)
 _limit(resource.RLIMIT_FSIZE, __FSIZE__)
 _limit(resource.RLIMIT_NOFILE, __NOFILE__)
@@ -134,7 +139,8 @@ def run_python_tests(source: str, tests: list[str], timeout_s: float = 5.0) -> S
     nonce = secrets.token_hex(8)
     with tempfile.TemporaryDirectory(prefix="autotune-sandbox-") as tmp:
         work = Path(tmp)
-        (work / "main.py").write_text(_script(source, tests, max(1, int(timeout_s + 0.999)), nonce))
+        cpu_s = max(1, math.ceil(timeout_s))
+        (work / "main.py").write_text(_script(source, tests, cpu_s, nonce))
         env = {"PATH": os.defpath, "HOME": tmp, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
         with open(work / "stdout.txt", "wb") as out, open(work / "stderr.txt", "wb") as err:
             proc = subprocess.Popen(
@@ -157,6 +163,8 @@ def run_python_tests(source: str, tests: list[str], timeout_s: float = 5.0) -> S
         stderr = (work / "stderr.txt").read_text(errors="replace")[-OUTPUT_TAIL_CHARS:]
     if timed_out:
         return SandboxResult(0, len(tests), timed_out=True, error=f"killed after {timeout_s:g} s")
+    if proc.returncode in CPU_LIMIT_EXIT_STATUSES:  # the kernel's CPU limit struck before the wall clock
+        return SandboxResult(0, len(tests), timed_out=True, error=f"CPU limit of {cpu_s} s reached")
     for line in reversed(stdout.splitlines()):
         if line.startswith(nonce + " "):
             report = json.loads(line[len(nonce) + 1 :])
