@@ -709,6 +709,11 @@ class TrialResult(Record):
     def measurement(self, name: str) -> Measurement | None:
         return next((m for m in self.measurements if m.name == name), None)
 
+    def single_stream_decode_tps(self) -> float | None:
+        """Decode tok/s at one stream, the geometric mean over its prompt sets: what the planner predicts."""
+        medians = [m.median for m in self.measurements if m.name.startswith("decode_tps.") and m.median > 0]
+        return statistics.geometric_mean(medians) if medians else None
+
     @property
     def feasible(self) -> bool:
         return self.status == "ok" and all(g.passed for g in self.gates)

@@ -109,3 +109,24 @@ def test_report_of_a_missing_study_is_bad_input(tmp_path, capsys):
     assert main(["report", "--db", str(db), "--study", "nope", "-o", str(tmp_path / "r.html")]) == 2
     assert "no study 'nope'" in capsys.readouterr().err
     assert db.read_bytes() == before and not (tmp_path / "r.html").exists()
+
+
+def test_the_planner_section_sets_its_single_stream_prediction_against_single_stream_decode():
+    # The planner predicts decode at one stream. With an 8-stream objective the trial's objective is
+    # a wave's aggregate tok/s; "measured / predicted" must not divide that by a one-stream number.
+    from autotune.html_report import predicted_figure, predicted_rows
+    from autotune.models import Candidate, Measurement, TrialResult
+
+    trial = TrialResult(
+        study="s", number=3, candidate=Candidate(engine="vllm", params={"kv_cache_dtype": "auto"}), status="ok",
+        objective=3200.0, score=3100.0, predicted={"decode_tps": 500.0},
+        measurements=[
+            Measurement.of("decode_tps.prose", "tok/s", "1 stream", [400.0, 402.0, 398.0]),
+            Measurement.of("decode_tps.structured", "tok/s", "1 stream", [400.0, 400.0, 400.0]),
+            Measurement.of("output_tps.c8", "tok/s", "8 streams, one wave", [3200.0]),
+        ],
+    )
+    cells = re.findall(r"<td>([^<]*)</td>", predicted_rows([trial]))
+    assert cells == ["3", "500.0", "400.0", "0.80"]
+    figure = predicted_figure([trial])
+    assert figure is not None and list(figure.data[0].y) == pytest.approx([400.0])
