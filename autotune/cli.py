@@ -97,7 +97,7 @@ def search(
         typer.Option(
             "--noise-relaunches", min=0,
             help="relaunch the baseline until it has this many more launches than its trial, the confirmation's "
-            "rounds counted, to measure the launch-to-launch noise (stored per host and engine)",
+            "rounds counted, to measure the launch-to-launch noise (stored per host, engine and objective)",
         ),
     ] = 1,
     qeval_reference: Annotated[

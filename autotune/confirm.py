@@ -4,7 +4,7 @@ re-measure decode, and call it a win only when the gap beats the launch-to-launc
 Host drift (thermal, memory bandwidth decaying with uptime on GB10) moves both arms alike when they
 alternate, so the comparison is fairer than trial-vs-trial numbers taken minutes apart. Each round
 is one launch per arm; the test (noise.judge_launches) needs at least two rounds and pools the
-spread of these launches with the one stored for this host and engine.
+spread of these launches with the one stored for this host, engine and objective.
 """
 
 from __future__ import annotations

@@ -890,7 +890,7 @@ class RecipeVerdict(Record):
     status: Literal["winner", "no winner", "not confirmed", "baseline"]
     summary: str
     accuracy: Literal["pass", "unchecked", "fail", "not applicable"]
-    launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine")
+    launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine, of this objective")
     objective: str | None = Field(None, description="what the ratios and samples measure (the space's objective)")
     confirmation: Confirmation | None = None
 

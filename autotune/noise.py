@@ -3,7 +3,8 @@
 Passes inside one launch agree within 1-3 %, while the same config relaunched can move by tens of
 percent (measured on the H200: 353 then 501 tok/s). So a ratio is judged against the spread between
 launches of one config, estimated on this host and engine from every config that was launched more
-than once (the baseline's noise relaunch, each confirmation round), pooled over studies:
+than once (the baseline's noise relaunch, each confirmation round), pooled over the studies with
+the same objective metric (a wave of 8 streams does not vary as one stream's decode does):
 
     sigma = sqrt( sum over groups g, launches i of (ln x_gi - mean_g ln x)^2 / sum over g of (n_g - 1) )
 

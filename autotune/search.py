@@ -324,7 +324,8 @@ def relaunch_baseline_for_noise(
         events(f"noise relaunch {i + 1}/{wanted}: baseline")
         value = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
         if value is not None:
-            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, value, "noise", base.number)
+            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, value, "noise", base.number,
+                                         metric=plan.space.objective.metric)
         made += 1
     return made
 
@@ -423,9 +424,10 @@ def _confirm(
 
         def keep(arm: TrialResult, value: float, source: str) -> None:
             assert plan.store is not None
-            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, source, arm.number)
+            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, source, arm.number,
+                                         metric=plan.space.objective.metric)
 
-        prior = plan.store.launch_noise(host_key, plan.space.engine)
+        prior = plan.store.launch_noise(host_key, plan.space.engine, plan.space.objective.metric)
         plan.store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, events, prior, keep))
         cut = f"confirmation cut to {rounds} of {confirm_rounds} rounds by the time budget" if rounds < confirm_rounds else None
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped or cut)

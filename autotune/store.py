@@ -166,6 +166,20 @@ def m004_ownership_and_attempts(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m005_launch_noise_per_objective(db: sqlite_utils.Database) -> None:
+    # launches vary by different amounts per objective (a wave of N streams vs one stream's decode):
+    # each sample names its study's objective metric; a sample whose study is gone names none and
+    # joins no pool
+    db["launch_samples"].add_column("metric", str)
+    spaces = {row["name"]: row["space"] for row in db["tuning_studies"].rows}
+    for study in {row["study"] for row in db["launch_samples"].rows}:
+        if study in spaces:
+            metric = json.loads(spaces[study]).get("objective", {}).get("metric", "decode_tps_geomean")
+            db.execute("update launch_samples set metric = ? where study = ?", [metric, study])
+    db["launch_samples"].create_index(["host_key", "engine", "metric"])
+
+
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
 CUT_STATUSES = ("interrupted", "crashed")
 ATTEMPTS_BEFORE_FAILURE = 2
@@ -493,8 +507,10 @@ class Store:
     # ------------------------------------------------------------ launch-to-launch noise
 
     def add_launch_sample(
-        self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int
+        self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int,
+        *, metric: str,
     ) -> None:
+        """One launch's objective value; `metric` names the objective it measures (its study's)."""
         self.db["launch_samples"].insert(
             {
                 "host_key": host_key,
@@ -505,13 +521,18 @@ class Store:
                 "source": source,
                 "trial": trial,
                 "measured_at": utc_now(),
+                "metric": metric,
             }
         )
 
-    def launch_groups(self, host_key: str, engine: str) -> list[list[float]]:
-        """Objectives per (study, candidate) on this host and engine: one list per config launched."""
+    def launch_groups(self, host_key: str, engine: str, metric: str) -> list[list[float]]:
+        """Objectives per (study, candidate) on this host and engine, of this objective metric only:
+        one list per config launched."""
         groups: dict[tuple[str, str], list[float]] = {}
-        for row in self.db["launch_samples"].rows_where("host_key = ? and engine = ?", [host_key, engine], order_by="id"):
+        rows = self.db["launch_samples"].rows_where(
+            "host_key = ? and engine = ? and metric = ?", [host_key, engine, metric], order_by="id"
+        )
+        for row in rows:
             groups.setdefault((row["study"], row["candidate_key"]), []).append(row["objective"])
         return list(groups.values())
 
@@ -521,8 +542,9 @@ class Store:
         )
         return [row["objective"] for row in rows]
 
-    def launch_noise(self, host_key: str, engine: str) -> LaunchNoise | None:
-        return pooled(self.launch_groups(host_key, engine))
+    def launch_noise(self, host_key: str, engine: str, metric: str) -> LaunchNoise | None:
+        """The launch-to-launch spread of this objective metric on this host and engine."""
+        return pooled(self.launch_groups(host_key, engine, metric))
 
     # ------------------------------------------------------------ recipes
 

@@ -91,7 +91,7 @@ class StudyOutcome(BaseModel):
     exhausted: bool = False
     stopped: str | None = None  # why the study ended before its trial count (e.g. the time budget)
     confirmation: Confirmation | None = None
-    noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine
+    noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine, of its objective
     accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
     objective: Objective = Field(default_factory=Objective)  # what the trials' objective and score measure
 
@@ -162,7 +162,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         gates, objective = space.gates, space.objective
         reference = reference_of(store, name, trials)
         trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
-        noise = store.launch_noise(row["host_key"], row["engine"])
+        noise = store.launch_noise(row["host_key"], row["engine"], space.objective.metric)
     base = rerun_if_cut(next((t for t in trials if t.number == 0), None), trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
@@ -462,7 +462,8 @@ class Tuner:
             self.store.save_trial(result)
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(
-                    self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number
+                    self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
+                    metric=space.objective.metric,
                 )
             if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
@@ -498,7 +499,8 @@ class Tuner:
             self.store.save_trial(merged)
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
-                                             result.objective, "gates relaunch", merged.number)
+                                             result.objective, "gates relaunch", merged.number,
+                                             metric=self.ctx.space.objective.metric)
             ranked = rank(judged())
             self.reporter.trial_finished(merged, ranked[0] if ranked else None)
 
@@ -520,7 +522,7 @@ class Tuner:
         if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
         trials = self.store.trials(self.ctx.study)
-        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine)
+        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.metric)
         if self.gates_at_end:  # the incumbent may have its own gates still to run
             head = optimistic_incumbent(trials)
             check = dominated_check(head, noise, incumbent_unchecked=bool(head and head.deferred))

@@ -72,11 +72,13 @@ def main() -> int:
         base = next(t for t in outcome.trials if t.number == 0)
         arm_b = next(t for t in outcome.trials if t.number != 0 and t.status == "ok")
         host_key = plan.store.save_host(plan.host)
+        metric = plan.space.objective.metric
 
         def keep(arm, value, source):
-            plan.store.add_launch_sample(host_key, "llamacpp", plan.study, arm.candidate, value, source, arm.number)
+            plan.store.add_launch_sample(host_key, "llamacpp", plan.study, arm.candidate, value, source, arm.number,
+                                         metric=metric)
 
-        prior = plan.store.launch_noise(host_key, "llamacpp")
+        prior = plan.store.launch_noise(host_key, "llamacpp", metric)
         result = confirm(plan.ctx, arm_b, base, args.rounds, free_port, prior=prior, on_sample=keep)
         plan.store.save_confirmation(result)
         row = {
@@ -93,7 +95,7 @@ def main() -> int:
         if not args.json:
             print(f"repeat {repeat}: trial ratio x{row['trial_ratio']:.3f}; {result.verdict}", flush=True)
     winners = sum(r["winner"] for r in rows)
-    final = plan.store.launch_noise(host_key, "llamacpp")
+    final = plan.store.launch_noise(host_key, "llamacpp", plan.space.objective.metric)
     summary = {"repeats": len(rows), "false_winners": winners, "rounds": args.rounds,
                "final_noise_sigma": final.sigma if final else None, "final_noise_df": final.df if final else None,
                "rows": rows}

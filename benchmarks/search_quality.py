@@ -245,7 +245,8 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
     for entry in table.entries.values():
         candidate = Candidate.model_validate({"engine": table.space.engine, "params": entry["params"], "env": entry["env"]})
         for i, launch in enumerate(l for l in entry["launches"] if l["status"] == "ok" and l["objective"]):
-            store.add_launch_sample(host_key, table.space.engine, "ground-truth", candidate, launch["objective"], "table", i)
+            store.add_launch_sample(host_key, table.space.engine, "ground-truth", candidate, launch["objective"], "table", i,
+                                    metric=table.space.objective.metric)
 
 
 def replay_one(

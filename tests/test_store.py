@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 
 import pytest
@@ -122,3 +123,76 @@ def test_a_runs_db_from_before_issue_17_is_migrated_and_keeps_its_studies(tmp_pa
     assert "fingerprint" in store.db["tuning_studies"].columns_dict
     assert {"study_owners", "attempts"} <= set(store.db.table_names())
     assert store.study_space("s") == space  # the fingerprint check of an old study reads its stored space
+
+
+def c8_space():
+    from autotune.models import SearchSpace
+    from autotune.space import load_space
+
+    data = load_space("llamacpp-gemma3-270m").model_dump()
+    data["workload"]["concurrency"] = [1, 8]
+    data["objective"]["metric"] = "output_tps_c8"
+    return SearchSpace.model_validate(data)
+
+
+def test_launch_noise_is_pooled_per_objective_never_across_them(tmp_path):
+    # A wave of 8 streams and single-stream decode vary by different amounts from launch to
+    # launch: a verdict on one must not borrow the other's spread.
+    from autotune.models import Candidate
+
+    store = Store(tmp_path / "runs.db")
+    cand = Candidate(engine="llamacpp", params={"n_threads": 2})
+    for study, metric, values in [("one", "decode_tps_geomean", [100.0, 101.0]),
+                                  ("two", "decode_tps_geomean", [200.0, 202.0]),
+                                  ("wave", "output_tps_c8", [1000.0, 1500.0])]:
+        for i, value in enumerate(values):
+            store.add_launch_sample("h", "llamacpp", study, cand, value, "trial", i, metric=metric)
+    decode = store.launch_noise("h", "llamacpp", "decode_tps_geomean")
+    wave = store.launch_noise("h", "llamacpp", "output_tps_c8")
+    assert decode is not None and (decode.df, decode.groups) == (2, 2) and decode.sigma < 0.01
+    assert wave is not None and (wave.df, wave.groups) == (1, 1)
+    assert wave.sigma == pytest.approx(math.log(1.5) / math.sqrt(2))
+    assert store.launch_noise("h", "llamacpp", "decode_tps_prose") is None
+
+
+def test_launch_samples_stored_before_objectives_were_kept_apart_take_their_studys_metric(tmp_path):
+    import sqlite_utils
+
+    from autotune.space import load_space
+
+    path = tmp_path / "runs.db"
+    old = sqlite_utils.Database(path)
+    MIGRATIONS.apply(old, stop_before="m005_launch_noise_per_objective")
+    for name, space in [("plain", load_space("llamacpp-gemma3-270m")), ("wave", c8_space())]:
+        old["tuning_studies"].insert({"name": name, "space_name": space.name, "engine": "llamacpp", "hardware": "cpu",
+                                      "nodes": 1, "host_key": "h", "space": space.model_dump_json(), "created_at": "x"})
+    rows = [("plain", 100.0), ("plain", 110.0), ("wave", 1000.0), ("wave", 1500.0), ("gone", 5.0), ("gone", 50.0)]
+    for i, (study, value) in enumerate(rows):
+        old["launch_samples"].insert({"host_key": "h", "engine": "llamacpp", "study": study, "candidate_key": "k",
+                                      "objective": value, "source": "trial", "trial": i, "measured_at": "x"})
+    old.conn.close()
+    store = Store(path)
+    metrics = {r["study"]: r["metric"] for r in store.db["launch_samples"].rows}
+    assert metrics == {"plain": "decode_tps_geomean", "wave": "output_tps_c8", "gone": None}
+    decode = store.launch_noise("h", "llamacpp", "decode_tps_geomean")
+    assert decode is not None and decode.sigma == pytest.approx(math.log(1.1) / math.sqrt(2))
+    assert store.launch_noise("h", "llamacpp", "output_tps_c8").groups == 1
+
+
+def test_a_studys_outcome_judges_with_the_noise_of_its_own_objective(tmp_path):
+    from autotune.models import Candidate
+    from autotune.space import load_space
+    from autotune.study import outcome_of
+
+    store = Store(tmp_path / "runs.db")
+    for name, space in [("plain", load_space("llamacpp-gemma3-270m")), ("wave", c8_space())]:
+        store.db["tuning_studies"].insert({"name": name, "space_name": space.name, "engine": "llamacpp",
+                                           "hardware": "cpu", "nodes": 1, "host_key": "h",
+                                           "space": space.model_dump_json(), "created_at": "x"})
+        metric = space.objective.metric
+        values = [100.0, 100.5] if name == "plain" else [1000.0, 1500.0]
+        for i, value in enumerate(values):
+            store.add_launch_sample("h", "llamacpp", name, Candidate(engine="llamacpp", params={}), value, "trial", i,
+                                    metric=metric)
+    assert outcome_of(store, "wave").noise.sigma == pytest.approx(math.log(1.5) / math.sqrt(2))
+    assert outcome_of(store, "plain").noise.sigma == pytest.approx(math.log(100.5 / 100) / math.sqrt(2))

@@ -45,7 +45,7 @@ def test_aa_study_ends_without_a_winner(tmp_path: Path, gemma_gguf: Path, capsys
     store = Store(db)
     trials = [t for t in store.trials("aa") if t.status == "ok"]
     assert len(trials) == 2
-    groups = store.launch_groups(store.study("aa")["host_key"], "llamacpp")
+    groups = store.launch_groups(store.study("aa")["host_key"], "llamacpp", "decode_tps_geomean")
     assert max(len(g) for g in groups) >= 2  # the baseline was relaunched: the noise is across launches
     confirmation = store.confirmation("aa")
     if confirmation is not None:  # arm b ranked first: the confirmation ran and must not call it a win
