@@ -19,7 +19,10 @@ candidate), `autotune-no-threads` (the default before the planner's CPU thread t
 its own launch instead of deferring them to a relaunch of the final best: `search --gates-at-once`),
 `autotune-gate-all` (the default with every launch taking its accuracy gates: what skipping the
 gates of dominated candidates costs or changes; `same pick` says how often it picks what the
-default picks, seed for seed). Every strategy starts with the baseline
+default picks, seed for seed), `autotune-median` (the default with the space's
+`objective.mad_penalty` at 0: trials ranked by their median objective, not by the median less
+the spread of one launch's passes; every replayed launch is scored by the replayed study's own
+space, as `run_trial` scores it). Every strategy starts with the baseline
 (the Tuner always runs it first) and is judged the same way: the config the study picks (its best
 ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
@@ -51,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import optuna
 from pydantic import BaseModel, ConfigDict
 
+from autotune.bench.throughput import objective_value
 from autotune.dominated import DominatedCheck
 from autotune.engines import get_engine
 from autotune.hardware import resolve_hardware
@@ -66,7 +70,7 @@ from autotune.trial import TrialContext
 from ground_truth import machine_fit
 
 STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
-              "autotune-gate-all", "autotune-gates-at-once")
+              "autotune-gate-all", "autotune-gates-at-once", "autotune-median")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -120,6 +124,12 @@ class Table:
                 tied.add(key)
         return tied
 
+    def set_mad_penalty(self, penalty: float | None) -> None:
+        """Replay every strategy with the space's objective.mad_penalty at `penalty` (None: as measured)."""
+        if penalty is not None:
+            objective = self.space.objective.model_copy(update={"mad_penalty": penalty})
+            self.space = self.space.model_copy(update={"objective": objective})
+
     @staticmethod
     def _known(entry: dict) -> bool:
         return bool(entry["launches"]) or any((s.get("reason") or "").startswith("learned:") for s in entry["skipped"])
@@ -170,6 +180,10 @@ class Table:
             drawn = random.Random(f"{seed}:{candidate.key()}").choice(entry["launches"])
             stored = TrialResult.model_validate(drawn["result"])
             result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
+            if result.status == "ok" and result.objective:  # as run_trial does: scored by the study's own space
+                objective = ctx.space.objective
+                value, score = objective_value(result.measurements, objective.metric, objective.mad_penalty)
+                result = result.model_copy(update={"score": result.objective * score / value})  # the table rounds
             result = self.with_accuracy(result)
             if result.status == "ok":  # as run_trial does: only the gates the trial's space asks for
                 gates = ctx.space.gates
@@ -254,6 +268,8 @@ def replay_one(
     skip_dominated: bool = True, gates_at_end: bool | None = None,
 ) -> Replay:
     space = table.space
+    if strategy == "autotune-median":  # the default, ranking by the median objective (no within-launch penalty)
+        space = space.model_copy(update={"objective": space.objective.model_copy(update={"mad_penalty": 0.0})})
     engine = get_engine(space.engine).use_space(space)
     space, rules, layout, _ = launchable(space, engine, table.hardware, 1)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -270,7 +286,7 @@ def replay_one(
     # every strategy gates as `autotune search` would on this engine unless told otherwise
     options: dict = {"skip_dominated": skip_dominated,
                      "gates_at_end": engine.gates_at_end if gates_at_end is None else gates_at_end}
-    if strategy in ("autotune", "autotune-gate-all", "autotune-gates-at-once"):  # what `autotune search` gives its Tuner
+    if strategy in ("autotune", "autotune-median", "autotune-gate-all", "autotune-gates-at-once"):  # what `autotune search` gives its Tuner
         options |= {"order": planner_order(space, table.hardware, 1),
                     "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
         if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
@@ -324,10 +340,11 @@ def replay_one(
 _WORKER_TABLE: Table | None = None
 
 
-def _init_worker(path: Path) -> None:
+def _init_worker(path: Path, mad_penalty: float | None) -> None:
     global _WORKER_TABLE
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _WORKER_TABLE = Table(json.loads(Path(path).read_text()))
+    _WORKER_TABLE.set_mad_penalty(mad_penalty)
     _WORKER_TABLE.launched_failure_implicates()
 
 
@@ -403,6 +420,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
         "tied_min_ratio": min((table.truth[k] or 0.0) for k in table.tied) / table.optimum,
         "baseline_ratio": (table.truth.get(table.base_key) or 0.0) / table.optimum,
         "candidates_differ_p": table.candidates_differ_p,
+        "mad_penalty": table.space.objective.mad_penalty,  # as the replayed studies score (strategies may differ)
         "rows": rows,
         "goal": {
             "text": ">= 0.97 of the optimum in median within <= 25 % of the grid's launches, and beats random (Wilcoxon p < 0.01)",
@@ -421,18 +439,22 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
 
 
 def render(summary: dict) -> str:
+    width = max([9, *(len(r["strategy"]) for r in summary["rows"])])
     lines = [
         f"table {summary['table']}: {summary['grid']} candidates, {summary['eligible']} eligible; optimum "
         f"{summary['optimum']:.2f} ({summary['optimum_config']}); baseline at {summary['baseline_ratio']:.3f}",
         f"launch noise of the table {summary['launch_noise']}; {summary['tied_with_optimum']} candidates cannot be "
         f"told from the optimum within it (down to {summary['tied_min_ratio']:.3f} of it)",
-        f"{'budget':>6} {'strategy':<9} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
+        "trials ranked by " + (f"median - {summary['mad_penalty']:g} x 1.4826 x MAD of one launch's passes (objective.mad_penalty)"
+                               if summary["mad_penalty"] else "their median objective (objective.mad_penalty 0)")
+        + ("; autotune-median ranks by the median" if any(r["strategy"] == "autotune-median" for r in summary["rows"]) else ""),
+        f"{'budget':>10} {'strategy':<{width}} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
         f"{'gated':>5} {'relaunch':>8} {'same pick':>9} {'p(autotune>)':>12}",
     ]
     for r in summary["rows"]:
         p, same = r["autotune_better_p"], r["same_pick_as_default"]
         lines.append(
-            f"{r['budget']:>3} ({r['budget_share']:.0%}) {r['strategy']:<9} "
+            f"{r['budget']:>3} ({r['budget_share']:>4.0%}) {r['strategy']:<{width}} "
             f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
             f"{r['tied_with_optimum']:>5.0%} "
             f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
@@ -464,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes")
+    parser.add_argument("--mad-penalty", type=float, default=None,
+                        help="replay with the space's objective.mad_penalty at this value (default: the table's own)")
     parser.add_argument("--host-noise", action="store_true",
                         help="the replayed host knows its launch noise (from the table), so dominated candidates skip their gates")
     args = parser.parse_args(argv)
@@ -473,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.table}: {exc}", file=sys.stderr)
         return 2
     table.launched_failure_implicates()
+    table.set_mad_penalty(args.mad_penalty)
     strategies = [s for s in args.strategies.split(",") if s]
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
@@ -488,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_fs = "/dev/shm" if Path("/dev/shm").is_dir() else None  # replayed runs.db files are throw-away
     with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=memory_fs) as tmp:
         if args.jobs > 1:
-            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
+            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table, args.mad_penalty)) as pool:
                 runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise) for j in jobs], chunksize=8))
         else:
             runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise) for s, seed, b in jobs]

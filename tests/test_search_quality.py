@@ -216,3 +216,52 @@ def test_the_summary_says_when_its_table_cannot_resolve_the_goals_threshold(sq):
     met = [sq.Replay(strategy="autotune", seed=seed, budget=4, pick="x", ratio=1.0, launches=4, pruned=0, tied=True)
            for seed in range(4)]
     assert "does not resolve" not in sq.render(sq.summarize(table, met, ["autotune"], [4]))
+
+
+def test_a_replayed_launch_is_scored_as_the_replayed_study_s_space_scores_it(sq, table, tmp_path):
+    """run_trial scores a launch with its space's objective.mad_penalty; the replay does too, so a
+    strategy that ranks by the median (penalty 0) sees score == objective, and the table's own space
+    sees the score stored when the launch was measured."""
+    from autotune.engines import get_engine
+    from autotune.trial import TrialContext
+
+    assert table.space.objective.mad_penalty == 1.0
+    by_median = table.space.model_copy(
+        update={"objective": table.space.objective.model_copy(update={"mad_penalty": 0.0})})
+    penalised_somewhere = False
+    for space in (table.space, by_median):
+        ctx = TrialContext(study="x", space=space, model=space.model,
+                           engine=get_engine("llamacpp").use_space(space), logs_dir=tmp_path)
+        for candidate in table.grid:
+            result = table.launch(seed=3)(ctx, candidate, 1, lambda _: None)
+            if result.status != "ok":
+                continue
+            stored = next(l for l in table.entries[candidate.key()]["launches"] if l["objective"] == result.objective)
+            if space is by_median:
+                assert result.score == pytest.approx(result.objective)
+            else:
+                assert result.score == pytest.approx(stored["score"], abs=1e-3)  # the table keeps 4 decimals
+                penalised_somewhere |= result.score < result.objective
+    assert penalised_somewhere
+
+
+def test_the_median_ranking_strategy_replays(sq, table, tmp_path):
+    from autotune.store import Store
+
+    run = sq.replay_one(table, "autotune-median", seed=2, budget=4, workdir=tmp_path)
+    assert 1 <= run.launches <= 4 and 0.0 <= run.ratio <= 1.0
+    space = Store(tmp_path / "autotune-median-2-4.db").study_space("replay-autotune-median-2-4")
+    assert space.objective.mad_penalty == 0.0
+
+
+def test_cli_replays_with_another_mad_penalty(tmp_path):
+    def summary(*extra: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "search_quality.py"), str(TINY), "--seeds", "2",
+             "--budgets", "16", "--strategies", "grid", "--json", *extra],
+            capture_output=True, text=True, check=True, cwd=ROOT, timeout=600,
+        )
+        return json.loads(out.stdout)
+
+    assert summary()["mad_penalty"] == 1.0  # the table's space, as measured
+    assert summary("--mad-penalty", "0", "--jobs", "2")["mad_penalty"] == 0.0
