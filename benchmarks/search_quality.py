@@ -26,7 +26,9 @@ space, as `run_trial` scores it). Every strategy starts with the baseline
 (the Tuner always runs it first) and is judged the same way: the config the study picks (its best
 ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
-whose gates pass). Launches spent: finished trials, failed ones included; pruned ones are not
+whose gates pass). That true value includes the launch the replay drew, which favours whatever
+ranks by the drawn launch; `--held-out` values a pick by its other launches only (noisier, not
+biased that way; a ratio may then exceed 1). Launches spent: finished trials, failed ones included; pruned ones are not
 launches. Autotune's default is compared with each other strategy over the same seeds with a
 one-sided paired Wilcoxon signed-rank test (scipy). The summary also says whether the table can
 judge any of this: an F test of whether its candidates differ at all beyond their launch noise
@@ -167,6 +169,21 @@ class Table:
             return None
         return statistics.fmean(l["objective"] for l in launches)
 
+    def drawn_index(self, seed: int, key: str) -> int:
+        """Which stored launch of candidate `key` every launch of it in seed `seed`'s replay draws."""
+        return random.Random(f"{seed}:{key}").randrange(len(self.entries[key]["launches"]))
+
+    def held_out_value(self, seed: int, key: str) -> float | None:
+        """The candidate's true value from its launches other than the one the replay drew: the pick
+        is then not valued by the very launch that made it look best (None: ruled out by the table;
+        its true value when it has no other launch)."""
+        if self.truth.get(key) is None:
+            return None
+        launches = self.entries[key]["launches"]
+        drawn = self.drawn_index(seed, key)
+        others = [l["objective"] for i, l in enumerate(launches) if i != drawn]
+        return statistics.fmean(others) if others else self.truth[key]
+
     def launch(self, seed: int) -> Callable[[TrialContext, Candidate, int, Callable[[str], None]], TrialResult]:
         """The stand-in for run_trial: one stored launch of the candidate, drawn by (seed, candidate)."""
 
@@ -177,7 +194,7 @@ class Table:
             entry = self.entries[candidate.key()]
             if not entry["launches"]:
                 return self._learned_failure(ctx.study, number, candidate, entry)
-            drawn = random.Random(f"{seed}:{candidate.key()}").choice(entry["launches"])
+            drawn = entry["launches"][self.drawn_index(seed, candidate.key())]
             stored = TrialResult.model_validate(drawn["result"])
             result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
             if result.status == "ok" and result.objective:  # as run_trial does: scored by the study's own space
@@ -265,7 +282,7 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
 
 def replay_one(
     table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False,
-    skip_dominated: bool = True, gates_at_end: bool | None = None,
+    skip_dominated: bool = True, gates_at_end: bool | None = None, held_out: bool = False,
 ) -> Replay:
     space = table.space
     if strategy == "autotune-median":  # the default, ranking by the median objective (no within-launch penalty)
@@ -321,7 +338,10 @@ def replay_one(
     )
     outcome = tuner.run()
     best = outcome.best
-    value = table.truth.get(best.candidate.key()) if best else None
+    if best is None:
+        value = None
+    else:
+        value = table.held_out_value(seed, best.candidate.key()) if held_out else table.truth.get(best.candidate.key())
     launches = sum(1 for t in outcome.trials if t.status in ("ok", "failed"))
     launched = {t.candidate.key() for t in outcome.trials if t.status in ("ok", "failed")}
     pruned = len({t.candidate.key() for t in outcome.trials if t.status == "skipped"} - launched)  # distinct, never launched
@@ -348,10 +368,10 @@ def _init_worker(path: Path, mad_penalty: float | None) -> None:
     _WORKER_TABLE.launched_failure_implicates()
 
 
-def _replay_job(job: tuple[str, int, int, str, bool]) -> Replay:
-    strategy, seed, budget, tmp, host_noise = job
+def _replay_job(job: tuple[str, int, int, str, bool, bool]) -> Replay:
+    strategy, seed, budget, tmp, host_noise, held_out = job
     assert _WORKER_TABLE is not None
-    return replay_one(_WORKER_TABLE, strategy, seed, budget, Path(tmp), host_noise)
+    return replay_one(_WORKER_TABLE, strategy, seed, budget, Path(tmp), host_noise, held_out=held_out)
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -448,6 +468,7 @@ def render(summary: dict) -> str:
         "trials ranked by " + (f"median - {summary['mad_penalty']:g} x 1.4826 x MAD of one launch's passes (objective.mad_penalty)"
                                if summary["mad_penalty"] else "their median objective (objective.mad_penalty 0)")
         + ("; autotune-median ranks by the median" if any(r["strategy"] == "autotune-median" for r in summary["rows"]) else ""),
+        *(["picks valued by their launches other than the one drawn for them (--held-out)"] if summary.get("held_out") else []),
         f"{'budget':>10} {'strategy':<{width}} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
         f"{'gated':>5} {'relaunch':>8} {'same pick':>9} {'p(autotune>)':>12}",
     ]
@@ -488,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes")
     parser.add_argument("--mad-penalty", type=float, default=None,
                         help="replay with the space's objective.mad_penalty at this value (default: the table's own)")
+    parser.add_argument("--held-out", action="store_true",
+                        help="value each pick by the mean of its launches other than the one the replay drew for it")
     parser.add_argument("--host-noise", action="store_true",
                         help="the replayed host knows its launch noise (from the table), so dominated candidates skip their gates")
     args = parser.parse_args(argv)
@@ -514,13 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=memory_fs) as tmp:
         if args.jobs > 1:
             with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table, args.mad_penalty)) as pool:
-                runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise) for j in jobs], chunksize=8))
+                runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise, args.held_out) for j in jobs], chunksize=8))
         else:
-            runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise) for s, seed, b in jobs]
+            runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise, held_out=args.held_out) for s, seed, b in jobs]
     summary = summarize(table, runs, strategies, budgets)
     summary["notes"] = notes
     summary["seeds"] = args.seeds
     summary["host_noise"] = args.host_noise
+    summary["held_out"] = args.held_out
     print(json.dumps(summary, indent=1) if args.json else render(summary) + "".join(f"\n{n}" for n in notes))
     return 0
 

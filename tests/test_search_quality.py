@@ -265,3 +265,20 @@ def test_cli_replays_with_another_mad_penalty(tmp_path):
 
     assert summary()["mad_penalty"] == 1.0  # the table's space, as measured
     assert summary("--mad-penalty", "0", "--jobs", "2")["mad_penalty"] == 0.0
+
+
+def test_held_out_values_a_pick_by_the_launches_it_was_not_drawn_from(sq, table, tmp_path):
+    two = [c for c in table.grid if table.truth[c.key()] is not None and len(table.entries[c.key()]["launches"]) == 2]
+    assert two
+    for candidate in two:
+        key = candidate.key()
+        launches = [l["objective"] for l in table.entries[key]["launches"]]
+        for seed in range(4):
+            drawn = table.drawn_index(seed, key)
+            assert table.held_out_value(seed, key) == launches[1 - drawn]
+    run = sq.replay_one(table, "grid", seed=0, budget=len(table.grid), workdir=tmp_path / "a", held_out=True)
+    same = sq.replay_one(table, "grid", seed=0, budget=len(table.grid), workdir=tmp_path / "b")
+    pick = next(c for c in table.grid if c.label() == run.pick)
+    assert run.pick == same.pick  # the same study: only the valuation differs
+    assert run.ratio == pytest.approx(table.held_out_value(0, pick.key()) / table.optimum)
+    assert same.ratio == pytest.approx(table.truth[pick.key()] / table.optimum)
