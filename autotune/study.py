@@ -162,7 +162,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         gates, objective = space.gates, space.objective
         reference = reference_of(store, name, trials)
         trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
-        noise = store.launch_noise(row["host_key"], row["engine"], space.objective.metric)
+        noise = store.launch_noise(row["host_key"], row["engine"], objective.metric)
     base = rerun_if_cut(next((t for t in trials if t.number == 0), None), trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(

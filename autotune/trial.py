@@ -170,9 +170,7 @@ async def measure(
             events("concurrency")
             out.measurements += await throughput.measure_concurrency(sender, workload)
         if dominated is not None and ctx.accuracy:
-            objective, score = throughput.objective_value(
-                out.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
-            )
+            objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
             out.dominated = dominated(objective, score)
             if out.dominated:
                 events(f"dominated: {out.dominated}")
@@ -280,9 +278,7 @@ def run_trial(
             phase_s=clock.ordered(),
             **common,
         )
-    objective, score = throughput.objective_value(
-        measured.measurements, ctx.space.objective.metric, ctx.space.objective.mad_penalty
-    )
+    objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
     return TrialResult(
         status="ok",
         selected=ctx.engine.selected(log),

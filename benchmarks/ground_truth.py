@@ -359,7 +359,7 @@ def retarget(args: argparse.Namespace) -> None:
                 continue
             measured = [Measurement.model_validate(m) for m in launch["result"]["measurements"]]
             try:
-                objective, score = objective_value(measured, args.objective, space.objective.mad_penalty)
+                objective, score = objective_value(measured, space.objective)
             except MeasurementFailed as exc:
                 sys.exit(f"{launch['study']} trial {launch['trial']}: {exc}")
             for record in (launch, launch["result"]):

@@ -76,6 +76,11 @@ STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior",
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
+def with_mad_penalty(space: SearchSpace, penalty: float) -> SearchSpace:
+    """`space` ranking its trials by median - penalty x 1.4826 x MAD (objective.mad_penalty)."""
+    return space.model_copy(update={"objective": space.objective.model_copy(update={"mad_penalty": penalty})})
+
+
 class Table:
     """A ground-truth table (benchmarks/ground_truth.py export) and its true values."""
 
@@ -129,8 +134,7 @@ class Table:
     def set_mad_penalty(self, penalty: float | None) -> None:
         """Replay every strategy with the space's objective.mad_penalty at `penalty` (None: as measured)."""
         if penalty is not None:
-            objective = self.space.objective.model_copy(update={"mad_penalty": penalty})
-            self.space = self.space.model_copy(update={"objective": objective})
+            self.space = with_mad_penalty(self.space, penalty)
 
     @staticmethod
     def _known(entry: dict) -> bool:
@@ -198,8 +202,7 @@ class Table:
             stored = TrialResult.model_validate(drawn["result"])
             result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
             if result.status == "ok" and result.objective:  # as run_trial does: scored by the study's own space
-                objective = ctx.space.objective
-                value, score = objective_value(result.measurements, objective.metric, objective.mad_penalty)
+                value, score = objective_value(result.measurements, ctx.space.objective)
                 result = result.model_copy(update={"score": result.objective * score / value})  # the table rounds
             result = self.with_accuracy(result)
             if result.status == "ok":  # as run_trial does: only the gates the trial's space asks for
@@ -286,7 +289,7 @@ def replay_one(
 ) -> Replay:
     space = table.space
     if strategy == "autotune-median":  # the default, ranking by the median objective (no within-launch penalty)
-        space = space.model_copy(update={"objective": space.objective.model_copy(update={"mad_penalty": 0.0})})
+        space = with_mad_penalty(space, 0.0)
     engine = get_engine(space.engine).use_space(space)
     space, rules, layout, _ = launchable(space, engine, table.hardware, 1)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -419,16 +422,13 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
                 ),
                 "autotune_better_p": p,
             })
-    goal = [
-        r for r in rows
-        if r["strategy"] == "autotune" and r["budget_share"] <= 0.25 + 1e-9 and r["ratio_median"] >= 0.97
-        and r["launches_median"] <= 0.25 * len(table.grid)
-    ]
     at_goal_budget = [r for r in rows if r["strategy"] == "autotune" and r["budget_share"] <= 0.25 + 1e-9]
+    goal = [r for r in at_goal_budget if r["ratio_median"] >= 0.97 and r["launches_median"] <= 0.25 * len(table.grid)]
     beats_random = {r["budget"]: r["autotune_better_p"] for r in rows if r["strategy"] == "random"}
     met = [r for r in goal if (beats_random.get(r["budget"]) or 1.0) < 0.01]
     best_key = max((k for k, v in table.truth.items() if v is not None), key=lambda k: table.truth[k] or 0.0)
     best = next(c for c in table.grid if c.key() == best_key)
+    tied_min_ratio = min((table.truth[k] or 0.0) for k in table.tied) / table.optimum
     return {
         "table": table.data.get("space_file") or table.space.name,
         "grid": len(table.grid),
@@ -437,7 +437,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
         "optimum_config": best.label(),
         "launch_noise": table.noise.describe() if table.noise else None,
         "tied_with_optimum": len(table.tied),
-        "tied_min_ratio": min((table.truth[k] or 0.0) for k in table.tied) / table.optimum,
+        "tied_min_ratio": tied_min_ratio,
         "baseline_ratio": (table.truth.get(table.base_key) or 0.0) / table.optimum,
         "candidates_differ_p": table.candidates_differ_p,
         "mad_penalty": table.space.objective.mad_penalty,  # as the replayed studies score (strategies may differ)
@@ -450,7 +450,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
             "judgeable": table.candidates_differ_p is None or table.candidates_differ_p < 0.05,
             # False: candidates below 0.97 of the optimum cannot be told from it within the table's
             # launch noise, so a median of 0.97 asks the table for more than it measured
-            "resolvable": len(table.tied) == 1 or min((table.truth[k] or 0.0) for k in table.tied) >= 0.97 * table.optimum,
+            "resolvable": tied_min_ratio >= 0.97,
             "reached_in_median": bool(goal),
             # how often the default's pick at a budget within 25 % was tied with the optimum (best such budget)
             "tied_at_goal_budget": max((r["tied_with_optimum"] for r in at_goal_budget), default=None),

@@ -137,14 +137,14 @@ def test_an_objective_at_n_concurrent_streams_needs_that_level_in_the_workload(t
 
 def test_the_objective_at_n_streams_is_read_from_that_wave_and_relaunches_keep_it(tmp_path):
     from autotune.bench.throughput import objective_value
-    from autotune.models import Measurement
+    from autotune.models import Measurement, Objective
     from autotune.trial import TrialContext, objective_only
     from autotune.engines import get_engine
 
     measured = [Measurement.of("decode_tps.prose", "tok/s", "one stream", [40.0, 42.0, 41.0]),
                 Measurement.of("output_tps.c8", "tok/s", "8 streams, one wave", [250.0])]
-    assert objective_value(measured, "output_tps_c8", 1.0) == pytest.approx((250.0, 250.0))  # one wave: no MAD
-    assert objective_value(measured, "decode_tps_prose", 0.0) == pytest.approx((41.0, 41.0))
+    assert objective_value(measured, Objective(metric="output_tps_c8", mad_penalty=1.0)) == pytest.approx((250.0, 250.0))  # one wave: no MAD
+    assert objective_value(measured, Objective(metric="decode_tps_prose", mad_penalty=0.0)) == pytest.approx((41.0, 41.0))
     space = load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 8], prefill_tokens: [512]}\n"
                                                  "objective: {metric: output_tps_c8}\n"))
     ctx = TrialContext(study="s", space=space, model=space.model, engine=get_engine("llamacpp").use_space(space),

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient
 from autotune.bench.needle import Haystack, fit_sentence_count
-from autotune.models import Measurement, RequestResult, Workload
+from autotune.models import Measurement, Objective, RequestResult, Workload
 
 PromptBuilder = Callable[[int, str], Awaitable[str]]
 
@@ -300,20 +300,19 @@ async def measure_long_decode(
     return out
 
 
-def objective_value(measurements: list[Measurement], metric: str, mad_penalty: float) -> tuple[float, float]:
+def objective_value(measurements: list[Measurement], objective: Objective) -> tuple[float, float]:
     """(objective, score): objective from the medians, score = objective minus its noise."""
     by_name = {m.name: m for m in measurements}
+    metric = objective.metric
     if metric == "decode_tps_geomean":
         parts = [m for n, m in by_name.items() if n.startswith("decode_tps.")]
-    elif metric.startswith("output_tps_c"):
-        name = "output_tps." + metric.removeprefix("output_tps_")
-        parts = [by_name[name]] if name in by_name else []
     else:
-        name = "decode_tps." + metric.removeprefix("decode_tps_")
+        level = objective.concurrency
+        name = f"output_tps.c{level}" if level else "decode_tps." + metric.removeprefix("decode_tps_")
         parts = [by_name[name]] if name in by_name else []
     if not parts:
         raise MeasurementFailed(f"objective {metric}: nothing measured")
-    objective = geomean([m.median for m in parts])
+    value = geomean([m.median for m in parts])
     # relative noise of a geometric mean ~ mean of the parts' relative MADs
     rel_noise = statistics.fmean(1.4826 * m.mad / m.median for m in parts if m.median > 0)
-    return objective, objective * (1.0 - mad_penalty * rel_noise)
+    return value, value * (1.0 - objective.mad_penalty * rel_noise)
