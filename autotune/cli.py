@@ -89,7 +89,8 @@ def search(
         int,
         typer.Option(
             "--confirm-rounds", min=0,
-            help="re-launch best and baseline alternately this many times (0: off; a verdict needs 2 or more)",
+            help="re-launch best and baseline alternately this many rounds in all for the study (0: off; a verdict "
+            "needs 2 or more); rounds of earlier sittings count, a resume runs only the missing ones",
         ),
     ] = 2,
     noise_relaunches: Annotated[
@@ -113,7 +114,8 @@ def search(
         typer.Option(
             "--time-budget",
             min=0.01,
-            help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits",
+            help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits "
+            "(a round priced by what a relaunch repeats, not a whole trial)",
         ),
     ] = None,
     wait: Annotated[

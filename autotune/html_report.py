@@ -255,6 +255,11 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
     else:
         lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
+    traded = outcome.tradeoffs_of(best)
+    if traded:
+        items = "".join(f"<li>{_e(t.describe())}</li>" for t in traded)
+        lines.append(f'<p class="bad">What it trades away: worse than the baseline beyond the launch noise '
+                     f"(one launch each, judged with the objective's noise):</p><ul>{items}</ul>")
     gates = "; ".join(f"{g.gate}: {g.status if g.passed else g.status.upper()} ({g.detail})" for g in best.gates)
     if not outcome.accuracy:
         gates = "accuracy unchecked (--no-accuracy)" + (f"; {gates}" if gates else "")

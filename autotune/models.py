@@ -12,6 +12,7 @@ import json
 import re
 import statistics
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -202,6 +203,37 @@ class Workload(Strict):
     )
 
 
+class Better(str, Enum):
+    """Which way a measured quantity improves."""
+
+    HIGHER = "higher"
+    LOWER = "lower"
+
+
+#: the families of measurements a trial reports (a measurement's name before its dot: decode_tps.prose)
+METRIC_FAMILIES: dict[str, Better] = {
+    "decode_tps": Better.HIGHER,
+    "ttft_ms": Better.LOWER,
+    "tpot_ms": Better.LOWER,
+    "prefill_tps": Better.HIGHER,
+    "output_tps": Better.HIGHER,
+    "ctx_decode_tps": Better.HIGHER,
+    "ctx_ttft_ms": Better.LOWER,
+}
+
+
+def measured_families(workload: Workload) -> set[str]:
+    """The measurement families a trial with this workload reports."""
+    out = {"decode_tps", "ttft_ms", "tpot_ms"} if workload.prompt_sets else set()
+    if workload.prefill_tokens:
+        out.add("prefill_tps")
+    if any(level > 1 for level in workload.concurrency):
+        out.add("output_tps")
+    if workload.decode_context_tokens:
+        out |= {"ctx_decode_tps", "ctx_ttft_ms"}
+    return out
+
+
 #: single-stream decode objectives; `output_tps_c<N>` is the aggregate output of N concurrent streams
 DECODE_OBJECTIVES = ("decode_tps_geomean", "decode_tps_prose", "decode_tps_structured")
 
@@ -249,6 +281,28 @@ class Gates(Strict):
     qeval: QevalConfig | None = Field(default_factory=QevalConfig)
     ttft_ms_max: float | None = None
     tpot_ms_max: float | None = None
+    max_regression: dict[str, float] = Field(
+        default_factory=dict,
+        description="measurement family (prefill_tps, ttft_ms, ...) or one measurement (prefill_tps.512) -> "
+        "the worst ratio to the baseline a trial may have: a floor for higher-is-better quantities "
+        "(prefill_tps: 0.8), a ceiling for lower-is-better ones (ttft_ms: 1.25)",
+    )
+
+    @field_validator("max_regression")
+    @classmethod
+    def _known_families(cls, limits: dict[str, float]) -> dict[str, float]:
+        for name, limit in limits.items():
+            family = name.split(".", 1)[0]
+            if family not in METRIC_FAMILIES:
+                raise ValueError(f"max_regression: unknown metric {name!r}; one of {', '.join(METRIC_FAMILIES)} "
+                                 "(or one measurement of them, e.g. prefill_tps.512)")
+            if limit <= 0:
+                raise ValueError(f"max_regression: {name} must be a positive ratio to the baseline, got {limit}")
+            if (METRIC_FAMILIES[family] is Better.HIGHER) != (limit <= 1):
+                bound = "at most 1 (a floor)" if METRIC_FAMILIES[family] is Better.HIGHER else "at least 1 (a ceiling)"
+                raise ValueError(f"max_regression: {name} is {METRIC_FAMILIES[family].value}-is-better, so its "
+                                 f"ratio to the baseline must be {bound}, got {limit}")
+        return limits
 
 
 class SearchSpace(Strict):
@@ -291,6 +345,10 @@ class SearchSpace(Strict):
                     f"knob {knob.name}: default {knob.default!r} (the engine's own value, trial 0) must be one of "
                     f"its values {knob.values}"
                 )
+        unmeasured = [k for k in self.gates.max_regression if k.split(".", 1)[0] not in measured_families(self.workload)]
+        if unmeasured:
+            raise ValueError(f"gates.max_regression names {', '.join(unmeasured)}, which this workload does not measure "
+                             f"(it measures {', '.join(sorted(measured_families(self.workload)))})")
         level = self.objective.concurrency
         if level is not None and level not in self.workload.concurrency:
             raise ValueError(f"objective.metric {self.objective.metric} needs {level} in workload.concurrency "
@@ -722,13 +780,31 @@ class TrialResult(Record):
 VerdictStatus = Literal["winner", "no winner", "not confirmed"]
 
 
+class ConfirmationLaunch(Record):
+    """One relaunch of a confirmation round: an arm (`trial`) of the pair best vs baseline. A study's
+    rounds accumulate over its sittings; `objective` is None when the relaunch failed."""
+
+    id: int
+    study: str
+    best_trial: int
+    baseline_trial: int
+    round: int = Field(ge=1, description="the round of this pair, counted over every sitting of the study")
+    trial: int
+    objective: float | None = None
+    duration_s: float | None = None
+    sample_id: int | None = Field(None, description="its row in launch_samples (none for a failed relaunch)")
+    measured_at: str = Field(default_factory=utc_now)
+
+
 class Confirmation(Record):
     """Best vs baseline re-launched alternately; `winner` only when the gap beats the launch noise."""
 
     study: str
     best_trial: int
     baseline_trial: int
-    rounds: int
+    rounds: int = Field(description="interleaved rounds judged, this sitting's and earlier ones'")
+    rounds_now: int | None = Field(None, description="of them, run by the sitting that wrote this verdict")
+    launches: list[int] = Field(default_factory=list, description="the confirmation launches judged (their ids)")
     best_samples: list[float]
     baseline_samples: list[float]
     ratio: float
@@ -884,6 +960,21 @@ class Provenance(Record):
     db: str | None = None
 
 
+class TradeOff(Record):
+    """A measured quantity on which the best is worse than the baseline beyond the launch noise."""
+
+    metric: str = Field(description="the measurement's name, e.g. prefill_tps.512")
+    unit: str
+    condition: str
+    best: float
+    baseline: float
+    ratio: float = Field(description="best / baseline")
+    better: Better
+
+    def describe(self) -> str:
+        return f"{self.metric} x{self.ratio:.2f} ({self.best:.1f} vs {self.baseline:.1f} {self.unit}; {self.better.value} is better)"
+
+
 class RecipeVerdict(Record):
     """What the recipe's claim rests on: the confirmation, the noise that judged it, the gates."""
 
@@ -893,6 +984,10 @@ class RecipeVerdict(Record):
     launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine, of this objective")
     objective: str | None = Field(None, description="what the ratios and samples measure (the space's objective)")
     confirmation: Confirmation | None = None
+    tradeoffs: list[TradeOff] = Field(
+        default_factory=list,
+        description="what the winner trades away: measurements worse than the baseline's beyond the launch noise",
+    )
 
 
 class Recipe(Record):

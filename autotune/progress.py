@@ -35,6 +35,7 @@ class RunForecast(BaseModel):
     trials: int  # launches this run will make, baseline included, at most
     confirm_rounds: int
     trial_s: float | None  # one trial without its gates, estimated
+    relaunch_s: float | None = None  # one objective-only relaunch (confirmation, noise), where known
     basis: str  # where trial_s comes from
     gated: int = 0  # launches that run needle and qeval (at most)
     gates_s: float | None = None  # what the gates add to a launch
@@ -49,8 +50,12 @@ class RunForecast(BaseModel):
     def total_s(self) -> float | None:
         if self.trial_s is None:
             return None
-        # a confirmation launch measures decode only: a trial's time is an upper bound for it
-        return self.trial_s * self.launches + (self.gates_s or 0.0) * self.gated
+        # a confirmation or noise relaunch measures the objective only: a trial's time bounds it
+        # where no relaunch or trial phases price it (autotune/relaunch_cost.py)
+        relaunch = min(self.relaunch_s or self.trial_s, self.trial_s)
+        objective_only = 2 * self.confirm_rounds + self.noise_relaunches
+        return (self.trial_s * (self.trials + self.relaunches) + relaunch * objective_only
+                + (self.gates_s or 0.0) * self.gated)
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -111,6 +111,7 @@ class RichReporter:
         self.relaunches = 0  # gates relaunches still to come (gates at the end)
         self.noise_launches = 0  # the baseline's noise relaunches still to come
         self.gates_s = 0.0  # what the gates add to such a relaunch
+        self.relaunch_s: float | None = None  # one objective-only relaunch, where the forecast priced it
         self.confirming = False
         self.launch_started = self.t0
 
@@ -121,18 +122,22 @@ class RichReporter:
         self.relaunches, self.gates_s = plan.relaunches, plan.gates_s or 0.0
         self.noise_launches = plan.noise_relaunches
         self.estimate_s = plan.trial_s
+        self.relaunch_s = plan.relaunch_s
         self.console.print(forecast_text(plan))
 
     def _typical(self) -> list[float]:
         return self.durations or ([self.estimate_s] if self.estimate_s else [])
 
-    def _after_trials(self) -> int:
-        return self.relaunches + self.confirm_launches + self.noise_launches
-
     def _eta_for(self, trials_left: int, current_s: float = 0.0) -> float | None:
-        """Launches left at the median trial time, plus the gates of the gates relaunch to come."""
-        eta = eta_s(self._typical(), trials_left, self._after_trials(), current_s)
-        return None if eta is None else eta + self.relaunches * self.gates_s
+        """Launches left at the median trial time (objective-only relaunches at their own price where
+        it is known), plus the gates of the gates relaunch to come."""
+        typical = self._typical()
+        objective_only = self.confirm_launches + self.noise_launches
+        priced = self.relaunch_s is not None and bool(typical) and self.relaunch_s < statistics.median(typical)
+        eta = eta_s(typical, trials_left, self.relaunches + (0 if priced else objective_only), current_s)
+        if eta is None:
+            return None
+        return eta + self.relaunches * self.gates_s + (objective_only * (self.relaunch_s or 0.0) if priced else 0.0)
 
     def _eta(self, current_s: float) -> float | None:
         if self.confirming:
@@ -405,6 +410,10 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number != 0:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
+    for i, t in enumerate(outcome.tradeoffs_of(best)):
+        if i == 0:
+            console.print("  [yellow]trades away[/] (worse than the baseline beyond the launch noise, one launch each):")
+        console.print(f"    {t.describe()}", highlight=False)
 
 
 def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> None:

@@ -2,7 +2,8 @@
 
 Gates: needle retrieval must pass at every length and depth of the study's needle test; qeval must
 not be worse than the reference (trial 0 of this study) by a one-sided exact McNemar test nor by
-more than the margin; TTFT / TPOT SLOs when the space sets them. Each gate is pass, fail or
+more than the margin; TTFT / TPOT SLOs when the space sets them; `max_regression` (no quantity worse than the baseline
+by more than the space allows). Each gate is pass, fail or
 unchecked: missing evidence (not measured, no reference) is `unchecked`, and only `pass` on every
 configured gate makes a trial eligible. Ranking: eligible trials by score (objective median minus
 its noise), best first.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import statistics
 
 from autotune.models import GateOutcome, Gates, TrialResult
+from autotune.tradeoffs import regression_gate
 
 
 def unchecked(gate: str, why: str) -> GateOutcome:
@@ -64,10 +66,12 @@ def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gat
 
 
 def evaluate_gates(
-    result: TrialResult, reference: TrialResult | None, gates: Gates, accuracy: bool = True
+    result: TrialResult, reference: TrialResult | None, gates: Gates, accuracy: bool = True,
+    baseline: TrialResult | None = None,
 ) -> list[GateOutcome]:
     """Every configured gate's outcome; `accuracy=False` (a throughput-only study) leaves out needle
-    and qeval, and the recipe says accuracy is unchecked."""
+    and qeval, and the recipe says accuracy is unchecked. `baseline` is what `max_regression`
+    compares with (trial 0)."""
     if result.status != "ok":
         return []
     outcomes = []
@@ -92,6 +96,8 @@ def evaluate_gates(
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
         outcomes.append(slo_gate(result, "tpot_ms.", gates.tpot_ms_max, "tpot"))
+    if gates.max_regression:
+        outcomes.append(regression_gate(result, baseline, gates.max_regression))
     return outcomes
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.confirm import confirm, relaunch
+from autotune.confirm import confirm, relaunch, rounds_done
 from autotune.device import detect, host_fingerprint
 from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
@@ -34,6 +34,7 @@ from autotune.model_shapes import dummy_weights
 from autotune.models import (
     Candidate,
     Cluster,
+    ConfirmationLaunch,
     DeviceIdentity,
     HardwareProfile,
     HostFingerprint,
@@ -47,6 +48,7 @@ from autotune.planner import PlanReport, dropped_estimate, estimate, fits_check
 from autotune.planner import plan as plan_candidates
 from autotune.progress import RunForecast, gates_time_s, measured_trials, workload_guess_s
 from autotune.recipe import portable_launch, recipe_from_plan, recipe_from_trial, render_recipe
+from autotune.relaunch_cost import relaunch_s
 from autotune.score import accuracy_status
 from autotune.space import (
     Check,
@@ -63,7 +65,7 @@ from autotune.space import (
 from autotune.space_fingerprint import check_same_experiment
 from autotune.space_fingerprint import fingerprint as space_fingerprint
 from autotune.store import Store, check_writable
-from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of, typical_trial_s
+from autotune.study import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
 from autotune.study_lock import StudyLock, StudyOwner
 from autotune.trial import TrialContext
 
@@ -320,7 +322,8 @@ def relaunch_baseline_for_noise(
     have = len(plan.store.launch_samples_of(plan.study, base.candidate))
     wanted = launches + 1 - have
     made = 0
-    for i in range(max(0, budget.how_many_fit(wanted, typical_trial_s(outcome.trials)))):
+    for i in range(max(0, budget.how_many_fit(wanted, relaunch_s(outcome.trials, plan.space.objective,
+                                                                   plan.store.relaunch_seconds(plan.study))))):
         events(f"noise relaunch {i + 1}/{wanted}: baseline")
         value = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
         if value is not None:
@@ -410,28 +413,46 @@ def _confirm(
     plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
     events: Callable[[str], None],
 ) -> StudyOutcome:
-    """The best trial against the baseline in interleaved relaunches (autotune/confirm.py)."""
+    """The best trial against the baseline in interleaved relaunches (autotune/confirm.py): the rounds
+    of this pair that earlier sittings ran count, and only the missing ones are run."""
     assert plan.store is not None
+    store = plan.store
     best, base = result.best, result.baseline
-    if confirm_rounds > 0 and best is not None and base is not None and base.status == "ok" and best.number != base.number:
-        # a confirmation round relaunches two engines; a trial's time is an upper bound for each
-        round_s = 2 * typical if (typical := typical_trial_s(result.trials)) else None
-        rounds = budget.how_many_fit(confirm_rounds, round_s)
-        if rounds == 0:
-            return result.model_copy(
-                update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
-            )
+    if confirm_rounds <= 0 or best is None or base is None or base.status != "ok" or best.number == base.number:
+        return result
+    earlier = store.confirmation_launches(plan.study, best.number, base.number)
+    failed_before = any(x.objective is None for x in earlier)  # that pair's verdict stays "no winner"
+    missing = 0 if failed_before else max(0, confirm_rounds - rounds_done(earlier))
+    each = relaunch_s(result.trials, plan.space.objective, store.relaunch_seconds(plan.study))
+    round_s = 2 * each if each else None
+    rounds = budget.how_many_fit(missing, round_s)
+    if rounds == 0 and not earlier:
+        if missing == 0:
+            return result
+        return result.model_copy(
+            update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
+        )
 
-        def keep(arm: TrialResult, value: float, source: str) -> None:
-            assert plan.store is not None
-            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, source, arm.number,
-                                         metric=plan.space.objective.metric)
+    def keep(arm: TrialResult, round_: int, value: float | None, seconds: float) -> ConfirmationLaunch:
+        sample = None
+        if value is not None:
+            sample = store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, "confirm",
+                                             arm.number, metric=plan.space.objective.metric)
+        return store.add_confirmation_launch(ConfirmationLaunch(
+            id=0, study=plan.study, best_trial=best.number, baseline_trial=base.number, round=round_, trial=arm.number,
+            objective=value, duration_s=round(seconds, 3), sample_id=sample,
+        ))
 
-        prior = plan.store.launch_noise(host_key, plan.space.engine, plan.space.objective.metric)
-        plan.store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, events, prior, keep))
-        cut = f"confirmation cut to {rounds} of {confirm_rounds} rounds by the time budget" if rounds < confirm_rounds else None
-        result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped or cut)
-    return result
+    # the verdict pools its own launches with the host's noise: the prior must not hold them again
+    own = frozenset(x.sample_id for x in earlier if x.sample_id is not None)
+    prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.metric, exclude=own)
+    store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, keep, events, prior, earlier,
+                                    total=confirm_rounds, clock=budget.clock))
+    cut = None
+    if rounds < missing:
+        cut = (f"confirmation: {rounds_done(earlier) + rounds} of {confirm_rounds} rounds so far, the time budget left "
+               f"{missing - rounds} for a resume ({budget.refusal(round_s, 'a confirmation round')})")
+    return outcome_of(store, plan.study, result.exhausted, result.stopped or cut)
 
 
 def forecast(
@@ -471,6 +492,11 @@ def forecast(
             gated = (0 if reference_gated or to_run == 0 else 1) + relaunches
         else:
             gated = to_run
+    if store is not None and to_run == 0 and confirm_rounds > 0:  # a resume runs only the missing rounds
+        now = outcome_of(store, plan.study)
+        if now.best is not None and now.baseline is not None:
+            done = rounds_done(store.confirmation_launches(plan.study, now.best.number, now.baseline.number))
+            confirm_rounds = max(0, confirm_rounds - done)
     return RunForecast(
         study=plan.study,
         candidates_total=plan.candidates_total,
@@ -479,6 +505,7 @@ def forecast(
         trials=to_run,
         confirm_rounds=confirm_rounds,
         trial_s=trial_s,
+        relaunch_s=relaunch_s(own, plan.space.objective, store.relaunch_seconds(plan.study)) if store else None,
         basis=basis,
         gated=gated,
         gates_s=gates_s,
@@ -565,6 +592,7 @@ def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResul
         launch_noise=outcome.noise.describe() if outcome.noise else "unknown: no config was launched twice on this host",
         objective=space.objective.label,
         confirmation=confirmation,
+        tradeoffs=outcome.tradeoffs_of(chosen),
     )
 
 
@@ -574,6 +602,9 @@ def export_warnings(verdict: RecipeVerdict) -> list[str]:
         out.append(f"this recipe is not a confirmed winner ({verdict.status}): {verdict.summary}")
     if verdict.accuracy not in ("pass", "not applicable"):
         out.append(f"accuracy {verdict.accuracy}: the recipe's gates did not all pass with evidence")
+    if verdict.tradeoffs:
+        out.append("it trades away, against the baseline beyond the launch noise: "
+                   + "; ".join(t.describe() for t in verdict.tradeoffs))
     return out
 
 

@@ -29,6 +29,7 @@ from autotune.errors import StoreError
 from autotune.models import (
     Candidate,
     Confirmation,
+    ConfirmationLaunch,
     FailureInfo,
     HostFingerprint,
     ProbeResult,
@@ -178,6 +179,38 @@ def m005_launch_noise_per_objective(db: sqlite_utils.Database) -> None:
             metric = json.loads(spaces[study]).get("objective", {}).get("metric", "decode_tps_geomean")
             db.execute("update launch_samples set metric = ? where study = ?", [metric, study])
     db["launch_samples"].create_index(["host_key", "engine", "metric"])
+
+
+@MIGRATIONS()
+def m006_confirmation_launches(db: sqlite_utils.Database) -> None:
+    # a study's confirmation rounds accumulate over its sittings: one row per relaunch, naming the
+    # pair (best, baseline) its round confirmed and the round's number (objective NULL: it failed)
+    db["confirmation_launches"].create(
+        {
+            "id": int, "study": str, "best_trial": int, "baseline_trial": int, "round": int, "trial": int,
+            "objective": float, "duration_s": float, "sample_id": int, "measured_at": str,
+        },
+        pk="id",
+    )
+    db["confirmation_launches"].create_index(["study", "best_trial", "baseline_trial"])
+    # earlier rounds live on as launch samples: each round relaunched the baseline, then the best,
+    # so a baseline sample followed by another trial's is one round of that pair; a sample left
+    # unpaired (its round's other relaunch failed) cannot be told apart and is not carried over
+    baselines = {row["study"]: json.loads(row["result"])["baseline_trial"] for row in db["confirmations"].rows}
+    for study, base in baselines.items():
+        rows = list(db["launch_samples"].rows_where("study = ? and source = 'confirm'", [study], order_by="id"))
+        rounds: dict[int, int] = {}
+        for first, second in zip(rows, rows[1:]):
+            if first["trial"] != base or second["trial"] == base:
+                continue
+            best = second["trial"]
+            rounds[best] = rounds.get(best, 0) + 1
+            for row in (first, second):
+                db["confirmation_launches"].insert({
+                    "study": study, "best_trial": best, "baseline_trial": base, "round": rounds[best],
+                    "trial": row["trial"], "objective": row["objective"], "duration_s": None,
+                    "sample_id": row["id"], "measured_at": row["measured_at"],
+                })
 
 
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
@@ -504,14 +537,32 @@ class Store:
         rows = list(self.db["confirmations"].rows_where("study = ?", [study]))
         return Confirmation.model_validate_json(rows[0]["result"]) if rows else None
 
+    def add_confirmation_launch(self, launch: ConfirmationLaunch) -> ConfirmationLaunch:
+        """Store one relaunch of a confirmation round; returns it with its id."""
+        row = launch.model_dump(exclude={"id"})
+        return launch.model_copy(update={"id": self.db["confirmation_launches"].insert(row).last_pk})
+
+    def relaunch_seconds(self, study: str) -> list[float]:
+        """Wall seconds of the study's confirmation relaunches that were timed (objective-only launches)."""
+        rows = self.db["confirmation_launches"].rows_where("study = ? and duration_s is not null", [study])
+        return [row["duration_s"] for row in rows]
+
+    def confirmation_launches(self, study: str, best_trial: int, baseline_trial: int) -> list[ConfirmationLaunch]:
+        """Every relaunch of this pair's confirmation rounds, over all sittings, in order."""
+        rows = self.db["confirmation_launches"].rows_where(
+            "study = ? and best_trial = ? and baseline_trial = ?", [study, best_trial, baseline_trial], order_by="id"
+        )
+        return [ConfirmationLaunch.model_validate(row) for row in rows]
+
     # ------------------------------------------------------------ launch-to-launch noise
 
     def add_launch_sample(
         self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int,
         *, metric: str,
-    ) -> None:
-        """One launch's objective value; `metric` names the objective it measures (its study's)."""
-        self.db["launch_samples"].insert(
+    ) -> int:
+        """One launch's objective value; `metric` names the objective it measures (its study's).
+        Returns the sample's id."""
+        return self.db["launch_samples"].insert(
             {
                 "host_key": host_key,
                 "engine": engine,
@@ -523,17 +574,20 @@ class Store:
                 "measured_at": utc_now(),
                 "metric": metric,
             }
-        )
+        ).last_pk
 
-    def launch_groups(self, host_key: str, engine: str, metric: str) -> list[list[float]]:
+    def launch_groups(
+        self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
+    ) -> list[list[float]]:
         """Objectives per (study, candidate) on this host and engine, of this objective metric only:
-        one list per config launched."""
+        one list per config launched; `exclude` leaves out samples by id."""
         groups: dict[tuple[str, str], list[float]] = {}
         rows = self.db["launch_samples"].rows_where(
             "host_key = ? and engine = ? and metric = ?", [host_key, engine, metric], order_by="id"
         )
         for row in rows:
-            groups.setdefault((row["study"], row["candidate_key"]), []).append(row["objective"])
+            if row["id"] not in exclude:
+                groups.setdefault((row["study"], row["candidate_key"]), []).append(row["objective"])
         return list(groups.values())
 
     def launch_samples_of(self, study: str, candidate: Candidate) -> list[float]:
@@ -542,9 +596,12 @@ class Store:
         )
         return [row["objective"] for row in rows]
 
-    def launch_noise(self, host_key: str, engine: str, metric: str) -> LaunchNoise | None:
-        """The launch-to-launch spread of this objective metric on this host and engine."""
-        return pooled(self.launch_groups(host_key, engine, metric))
+    def launch_noise(
+        self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
+    ) -> LaunchNoise | None:
+        """The launch-to-launch spread of this objective metric on this host and engine (without the
+        samples in `exclude`: a verdict pools its own launches with this, and must not count them twice)."""
+        return pooled(self.launch_groups(host_key, engine, metric, exclude))
 
     # ------------------------------------------------------------ recipes
 

@@ -37,11 +37,13 @@ from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure, shared_cause
-from autotune.models import Candidate, Confirmation, Objective, Scalar, SearchSpace, TrialResult
+from autotune.models import Candidate, Confirmation, Objective, Scalar, SearchSpace, TradeOff, TrialResult
 from autotune.noise import LaunchNoise
+from autotune.relaunch_cost import gates_relaunch_s
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
+from autotune.tradeoffs import tradeoffs
 from autotune.trial import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
@@ -99,6 +101,10 @@ class StudyOutcome(BaseModel):
     def best(self) -> TrialResult | None:
         return self.ranked[0] if self.ranked else None
 
+    def tradeoffs_of(self, trial: TrialResult) -> list[TradeOff]:
+        """Where `trial` is worse than the baseline beyond the launch noise (autotune/tradeoffs.py)."""
+        return tradeoffs(trial, self.baseline, self.noise)
+
 
 class TimeBudget:
     """A wall-clock budget for launches: the next one starts only if a typical one still fits."""
@@ -142,6 +148,11 @@ def rerun_if_cut(trial: TrialResult | None, trials: list[TrialResult]) -> TrialR
     return next((t for t in trials if t.candidate.key() == key and t.status not in (*CUT_STATUSES, "skipped")), trial)
 
 
+def baseline_of(trials: list[TrialResult]) -> TrialResult | None:
+    """Trial 0, the engine's defaults (or its re-run when it was cut)."""
+    return rerun_if_cut(next((t for t in trials if t.number == 0), None), trials)
+
+
 def reference_of(store: Store, name: str, trials: list[TrialResult] | None = None) -> TrialResult | None:
     """qeval's reference: trial 0, or the trial named with `search --qeval-reference N`."""
     trials = trials if trials is not None else store.trials(name)
@@ -160,10 +171,10 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
     if row is not None:
         space = SearchSpace.model_validate_json(row["space"])
         gates, objective = space.gates, space.objective
-        reference = reference_of(store, name, trials)
-        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy)}) for t in trials]
+        reference, base = reference_of(store, name, trials), baseline_of(trials)
+        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base)}) for t in trials]
         noise = store.launch_noise(row["host_key"], row["engine"], objective.metric)
-    base = rerun_if_cut(next((t for t in trials if t.number == 0), None), trials)
+    base = baseline_of(trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
         name=name,
@@ -457,7 +468,8 @@ class Tuner:
             result = settle(result)
             if wait_needle and result.status == "ok":
                 result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
-            gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study))
+            gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),
+                                   baseline_of([*before, result]))
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
             if result.status == "ok" and result.objective:
@@ -476,8 +488,9 @@ class Tuner:
             if stopped:
                 break
         if self.gates_at_end:
-            gated = [t for t in self.store.trials(self.ctx.study) if t.needle or t.qeval]
-            stopped = self._gate_the_head(typical_trial_s(gated) or typical) or stopped
+            priced = gates_relaunch_s(self.store.trials(self.ctx.study), space.objective,
+                                      self.store.relaunch_seconds(self.ctx.study))
+            stopped = self._gate_the_head(priced) or stopped
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 
     def _gate_the_head(self, typical: float | None) -> str | None:
@@ -494,7 +507,8 @@ class Tuner:
 
         def save(merged: TrialResult, result: TrialResult) -> None:
             reference = reference_of(self.store, self.ctx.study)
-            gates = evaluate_gates(merged, reference, self.ctx.space.gates, self.store.study_accuracy(self.ctx.study))
+            gates = evaluate_gates(merged, reference, self.ctx.space.gates, self.store.study_accuracy(self.ctx.study),
+                                   baseline_of(self.store.trials(self.ctx.study)))
             merged = merged.model_copy(update={"gates": gates})
             self.store.save_trial(merged)
             if result.status == "ok" and result.objective:

@@ -166,7 +166,8 @@ class Table:
         if not launches or any(l["status"] != "ok" for l in launches):
             return None
         probe = self.with_accuracy(TrialResult.model_validate(launches[0]["result"]).model_copy(update={"number": 1, "candidate": candidate}))
-        gates = evaluate_gates(probe, self._reference(), self.space.gates, accuracy=True)
+        reference = self._reference()
+        gates = evaluate_gates(probe, reference, self.space.gates, accuracy=True, baseline=reference)
         # a space with no accuracy gate (dummy weights) has nothing to check but its latency gates, if any
         gated = self.space.gates.needle is not None or self.space.gates.qeval is not None
         if (gated and not gates) or not all(g.passed for g in gates):

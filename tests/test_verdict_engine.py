@@ -109,3 +109,45 @@ def test_configuration_error_inside_a_trial_fails_that_trial_not_the_study(tmp_p
     assert "shorter than the prompt without filler" in base.reason
     assert main(args) == 0
     assert len([t for t in Store(db).trials("tn") if t.status != "skipped"]) == 1
+
+
+SITTINGS_SPACE = """
+name: sittings-test
+""" + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 1024}}
+knobs:
+  - {{name: n_threads, values: [1, 2], default: 1}}
+workload:
+  decode_max_tokens: 32
+  prompt_sets: [prose]
+  prompts_per_set: 1
+  repeats: 2
+  warmup_requests: 1
+  prefill_tokens: []
+  startup_timeout_s: 120
+gates: {{needle: null, qeval: null}}
+"""
+
+
+def test_a_study_resumed_in_sittings_judges_every_round_it_ran(tmp_path: Path, gemma_gguf: Path):
+    """Sitting 1 runs one confirmation round (as a time budget would leave it), sitting 2 asks for
+    two in all: it runs only round 2 and the verdict judges both, with the real engine."""
+    space = tmp_path / "s.yaml"
+    space.write_text(SITTINGS_SPACE.format(alias=f"sit-{uuid.uuid4().hex[:8]}", model=gemma_gguf))
+    db = tmp_path / "runs.db"
+    args = ["search", "--space", str(space), "--db", str(db), "--study", "s", "--trials", "2",
+            "--try", "n_threads=2", "--noise-relaunches", "0"]
+    assert main([*args, "--confirm-rounds", "1"]) == 0
+    store = Store(db)
+    first = store.confirmation("s")
+    if first is None:
+        pytest.skip("the baseline (1 thread) ranked first on this machine: nothing to confirm")
+    assert first.status == "not confirmed" and first.rounds == 1 and len(first.launches) == 2
+    assert main([*args, "--confirm-rounds", "2"]) == 0
+    second = Store(db).confirmation("s")
+    assert second.best_trial == first.best_trial
+    assert second.rounds == 2 and second.rounds_now == 1 and second.launches[:2] == first.launches
+    assert len(second.best_samples) == 2 and len(second.baseline_samples) == 2
+    assert second.status in ("winner", "no winner"), second.verdict  # a verdict, not "not confirmed"
+    assert "1 of them in earlier sittings" in second.verdict
+    relaunched = sorted(p.name for p in (tmp_path / "autotune-logs").rglob("confirm-r*"))
+    assert len(relaunched) == 4, relaunched  # each round's two relaunches, none twice

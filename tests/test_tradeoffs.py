@@ -1,0 +1,97 @@
+"""What the winner trades away is named (show, report, recipe), and a space can gate on it."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from autotune.models import Candidate, Gates, Measurement, SearchSpace, TrialResult
+from autotune.noise import LaunchNoise
+from autotune.score import evaluate_gates
+from autotune.tradeoffs import regression_gate, tradeoffs
+
+NOISE = LaunchNoise(sigma=0.03, df=5, groups=2, launches=7)  # ±3 %: one launch each, beyond ~x0.92 / x1.09
+
+
+def trial(number: int, **medians: float) -> TrialResult:
+    units = {"decode_tps": "tok/s", "prefill_tps": "tok/s", "ttft_ms": "ms", "tpot_ms": "ms", "output_tps": "tok/s"}
+    ms = [Measurement.of(name, units[name.split(".")[0]], "c", [value]) for name, value in
+          ((k.replace("__", "."), v) for k, v in medians.items())]
+    return TrialResult(study="s", number=number, candidate=Candidate(engine="vllm", params={"n": number}),
+                       status="ok", measurements=ms, objective=medians.get("decode_tps__prose"))
+
+
+# the H200 case of the issue: +2.3 % decode, cold prefill halved, TTFT +38 %
+BASE = trial(0, decode_tps__prose=91.4, prefill_tps__512=14748.0, ttft_ms__prose=40.0, tpot_ms__prose=10.9)
+BEST = trial(3, decode_tps__prose=93.5, prefill_tps__512=7477.0, ttft_ms__prose=55.2, tpot_ms__prose=10.7)
+
+
+def test_the_winner_s_losses_beyond_the_noise_are_listed_worst_first():
+    found = tradeoffs(BEST, BASE, NOISE)
+    assert [t.metric for t in found] == ["prefill_tps.512", "ttft_ms.prose"]
+    assert found[0].ratio == pytest.approx(0.507, abs=1e-3) and found[1].ratio == pytest.approx(1.38)
+    assert "x0.51" in found[0].describe() and "higher is better" in found[0].describe()
+
+
+def test_a_loss_inside_the_noise_or_without_a_noise_estimate_is_not_called_a_trade_off():
+    slightly = trial(4, decode_tps__prose=93.0, prefill_tps__512=14000.0, ttft_ms__prose=41.0)
+    assert tradeoffs(slightly, BASE, NOISE) == []  # x0.95 and x1.03 are within two standard errors
+    assert tradeoffs(BEST, BASE, None) == []
+    assert tradeoffs(BASE, BASE, NOISE) == []
+
+
+def test_max_regression_gates_a_family_against_the_baseline():
+    limits = {"prefill_tps": 0.8, "ttft_ms": 1.25}
+    gate = regression_gate(BEST, BASE, limits)
+    assert gate.status == "fail"
+    assert "prefill_tps.512 x0.51 vs limit x0.80" in gate.detail and "ttft_ms.prose x1.38 vs limit x1.25" in gate.detail
+    assert regression_gate(BASE, BASE, limits).status == "pass"
+    ok = trial(5, decode_tps__prose=92.0, prefill_tps__512=13000.0, ttft_ms__prose=45.0)
+    assert regression_gate(ok, BASE, limits).status == "pass"
+    assert regression_gate(ok, None, limits).status == "unchecked"
+    # a gate that fails makes the trial ineligible, as every gate does
+    gates = evaluate_gates(BEST, None, Gates(needle=None, qeval=None, max_regression=limits), baseline=BASE)
+    assert [g.gate for g in gates] == ["max_regression"] and not BEST.model_copy(update={"gates": gates}).feasible
+
+
+def test_one_measurement_can_be_named_alone():
+    assert regression_gate(BEST, BASE, {"ttft_ms.prose": 1.5}).status == "pass"
+    assert regression_gate(BEST, BASE, {"prefill_tps.512": 0.6}).status == "fail"
+
+
+def _space(**gates) -> dict:
+    return {"name": "s", "engine": "llamacpp", "model": {"name": "m", "path": "m.gguf"}, "knobs": [{"name": "k", "values": [1], "default": 1}],
+            "gates": {"needle": None, "qeval": None, **gates}}
+
+
+def test_a_space_naming_an_unmeasured_or_unknown_metric_is_refused_up_front():
+    SearchSpace.model_validate(_space(max_regression={"prefill_tps": 0.8}))
+    with pytest.raises(ValidationError, match="does not measure"):
+        SearchSpace.model_validate({**_space(max_regression={"prefill_tps": 0.8}), "workload": {"prefill_tokens": []}})
+    with pytest.raises(ValidationError, match="does not measure"):
+        SearchSpace.model_validate(_space(max_regression={"output_tps": 0.9}))  # workload.concurrency is [1]
+    with pytest.raises(ValidationError, match="unknown metric 'prefil_tps'"):
+        SearchSpace.model_validate(_space(max_regression={"prefil_tps": 0.8}))
+    with pytest.raises(ValidationError, match="at least 1"):
+        SearchSpace.model_validate(_space(max_regression={"ttft_ms": 0.8}))  # a ceiling below 1 would fail everything
+
+
+def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
+    from rich.console import Console
+
+    from autotune.html_report import verdict_section
+    from autotune.report import print_best
+    from autotune.search import export_warnings, recipe_verdict
+    from autotune.study import StudyOutcome
+
+    best = BEST.model_copy(update={"score": 93.5})
+    outcome = StudyOutcome(name="s", trials=[BASE, best], ranked=[best, BASE], baseline=BASE, skipped_reasons={},
+                           noise=NOISE, accuracy=False)
+    verdict = recipe_verdict(SearchSpace.model_validate(_space()), outcome, best)
+    assert [t.metric for t in verdict.tradeoffs] == ["prefill_tps.512", "ttft_ms.prose"]
+    assert any("trades away" in w and "prefill_tps.512 x0.51" in w for w in export_warnings(verdict))
+    console = Console(record=True, width=200)
+    print_best(console, outcome)
+    shown = console.export_text()
+    assert "trades away" in shown and "prefill_tps.512 x0.51" in shown and "ttft_ms.prose x1.38" in shown
+    assert "prefill_tps.512 x0.51" in verdict_section(outcome)
