@@ -16,6 +16,7 @@ from rich.text import Text
 from autotune.models import Candidate, FailureInfo, LaunchSpec, Objective, PlanReport, TrialResult
 from autotune.noise import single_launch_inside, single_launch_verdict
 from autotune.progress import RunForecast, eta_s, fmt_duration
+from autotune.relaunch_cost import relaunch_s
 from autotune.score import verdict
 from autotune.study import StudyOutcome
 
@@ -104,6 +105,7 @@ class RichReporter:
         self.t0 = time.monotonic()
         self.label = ""
         self.durations: list[float] = []  # launched trials of this run
+        self.finished: list[TrialResult] = []  # their results: what a relaunch repeats is priced from them
         self.estimate_s: float | None = None  # the forecast's, until a trial of this run finishes
         self.total = 0
         self.launched = 0
@@ -133,11 +135,12 @@ class RichReporter:
         it is known), plus the gates of the gates relaunch to come."""
         typical = self._typical()
         objective_only = self.confirm_launches + self.noise_launches
-        priced = self.relaunch_s is not None and bool(typical) and self.relaunch_s < statistics.median(typical)
+        each = relaunch_s(self.finished, self.objective) or self.relaunch_s
+        priced = each is not None and bool(typical) and each < statistics.median(typical)
         eta = eta_s(typical, trials_left, self.relaunches + (0 if priced else objective_only), current_s)
         if eta is None:
             return None
-        return eta + self.relaunches * self.gates_s + (objective_only * (self.relaunch_s or 0.0) if priced else 0.0)
+        return eta + self.relaunches * self.gates_s + (objective_only * (each or 0.0) if priced else 0.0)
 
     def _eta(self, current_s: float) -> float | None:
         if self.confirming:
@@ -178,6 +181,7 @@ class RichReporter:
         self._stop_status()
         if result.duration_s > 1.0 and not result.accuracy_relaunched:  # a relaunch is not another trial
             self.durations.append(result.duration_s)
+            self.finished.append(result)
         if result.status == "ok":
             line = (
                 f"  {self.objective.short} {_fmt(result.objective)} tok/s (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
@@ -200,8 +204,8 @@ class RichReporter:
                 line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
         else:
             line = f"  [red]{verdict(result)}[/]"
-        relaunch_s = result.phase_s.get("gates relaunch") if result.accuracy_relaunched else None
-        took = f"gates relaunch {relaunch_s:.0f} s" if relaunch_s is not None else f"{result.duration_s:.0f} s"
+        gates_relaunch = result.phase_s.get("gates relaunch") if result.accuracy_relaunched else None
+        took = f"gates relaunch {gates_relaunch:.0f} s" if gates_relaunch is not None else f"{result.duration_s:.0f} s"
         line += f" [dim]({took})[/]"
         self.console.print(line)
         if best is not None:

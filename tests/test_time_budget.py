@@ -42,3 +42,33 @@ def test_typical_trial_time_is_the_median_of_launched_trials():
     assert typical_trial_s([]) is None
     trials = [trial(0, "ok", 100.0), trial(1, "failed", 20.0), trial(2, "ok", 300.0), trial(3, "skipped", 0.0)]
     assert typical_trial_s(trials) == 100.0
+
+
+def _timed(n: int, started: str, **phases: float) -> TrialResult:
+    return TrialResult(study="s", number=n, candidate=Candidate(engine="vllm", params={"n": n}), status="ok",
+                       duration_s=sum(phases.values()), phase_s=phases, started_at=started)
+
+
+def test_a_relaunch_is_priced_by_what_it_repeats_of_warm_trials_not_by_whole_trials():
+    from autotune.models import Objective
+    from autotune.relaunch_cost import gates_relaunch_s, relaunch_s
+
+    cold = _timed(0, "2026-12-03T00:00:00", start=300.0, decode=20.0, prefill=400.0, concurrency=100.0, teardown=5.0)
+    warm = _timed(1, "2026-12-03T00:10:00", start=100.0, decode=20.0, prefill=400.0, concurrency=100.0, teardown=5.0)
+    gated = _timed(2, "2026-12-03T00:20:00", start=110.0, decode=20.0, prefill=400.0, teardown=5.0, needle=60.0, qeval=90.0)
+    one_stream, wave = Objective(), Objective(metric="output_tps_c8")
+    assert relaunch_s([cold], one_stream) == 325.0  # only the cold one: its start is all there is
+    assert relaunch_s([cold, warm], one_stream) == 125.0  # start + decode + teardown of the warm trial
+    assert relaunch_s([cold, warm], wave) == 225.0  # the objective's wave is measured again
+    assert relaunch_s([cold, warm], one_stream, measured=[70.0, 80.0, 0.0]) == 75.0  # timed relaunches first
+    assert relaunch_s([], one_stream) is None
+    assert gates_relaunch_s([cold, warm, gated], one_stream) == 130.0 + 150.0  # median warm relaunch + the gates
+
+
+def test_the_forecast_prices_confirmation_launches_at_the_relaunch_price():
+    from autotune.progress import RunForecast
+
+    plan = RunForecast(study="s", candidates_total=4, candidates_left=2, measured=0, trials=2, confirm_rounds=2,
+                       trial_s=600.0, basis="b", relaunch_s=100.0)
+    assert plan.total_s == 2 * 600.0 + 4 * 100.0
+    assert plan.model_copy(update={"relaunch_s": None}).total_s == 6 * 600.0  # nothing known: a trial bounds it
