@@ -57,8 +57,11 @@ def settle(result: TrialResult) -> TrialResult:
 
 
 def pending(trial: TrialResult) -> bool:
-    """Its gates were skipped (deferred or dominated) and no relaunch has run them yet."""
-    return bool(trial.deferred or trial.dominated) and not trial.accuracy_relaunched
+    """Its gates were skipped (deferred or dominated), no relaunch has run them yet, and no gate it
+    has already fails (an SLO, or a numerics class learned to fail accuracy): running the rest
+    could not make it eligible."""
+    return (bool(trial.deferred or trial.dominated) and not trial.accuracy_relaunched
+            and not any(g.status == "fail" for g in trial.gates))
 
 
 def by_score(trials: list[TrialResult]) -> list[TrialResult]:

@@ -255,6 +255,11 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
     else:
         lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
+    failed = outcome.failed_classes()
+    if failed:
+        items = "".join(f"<li>{_e(f.describe())}</li>" for f in failed)
+        lines.append(f'<p class="bad">Numerics classes that failed accuracy (never the best, not launched '
+                     f"again):</p><ul>{items}</ul>")
     traded = outcome.tradeoffs_of(best)
     if traded:
         items = "".join(f"<li>{_e(t.describe())}</li>" for t in traded)

@@ -121,7 +121,17 @@ class KnobSpec(Strict):
         description="greedy output does not depend on this knob (verified by comparing outputs): a candidate "
         "that differs from a measured one only in such knobs reuses that one's accuracy results",
     )
+    numerics_class: bool | None = Field(
+        None,
+        description="whether this knob's value is part of a candidate's numerics class, for which an accuracy "
+        "failure is learned (default: unless numerics_neutral). false for a knob that only reorders arithmetic "
+        "(threads, batch sizes): its candidates still measure their own accuracy when they run gates",
+    )
     description: str = ""
+
+    @property
+    def in_numerics_class(self) -> bool:
+        return self.numerics_class if self.numerics_class is not None else not self.numerics_neutral
 
     @field_validator("values")
     @classmethod
@@ -780,6 +790,41 @@ class TrialResult(Record):
 VerdictStatus = Literal["winner", "no winner", "not confirmed"]
 
 
+class AccuracyFailure(Record):
+    """A numerics class that failed an accuracy gate in a study: every candidate holding these knob
+    values (the knobs in the space's numerics class) is never the best, and is not launched again."""
+
+    id: int = 0
+    study: str
+    trial: int = Field(description="the trial whose own needle or qeval failed")
+    knob_values: dict[str, Scalar]
+    gates: list[str] = Field(description="the accuracy gates that failed: needle, qeval")
+    evidence: list[str] = Field(description="each failed gate's detail")
+    differs_from: str | None = Field(
+        None, description="where one knob value alone separates it from a class that passed: that value and the trial"
+    )
+    created_at: str = Field(default_factory=utc_now)
+
+    def matches(self, params: dict[str, Scalar]) -> bool:
+        return bool(self.knob_values) and all(params.get(k) == v for k, v in self.knob_values.items())
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.knob_values.items())
+
+
+class FailedClass(Record):
+    """A numerics class that failed accuracy, with the launches its learning saved: candidates of
+    it the sampler proposed afterwards and the study skipped."""
+
+    failure: AccuracyFailure
+    launches_saved: int
+
+    def describe(self) -> str:
+        where = f"; one value apart from a class that passed: {self.failure.differs_from}" if self.failure.differs_from else ""
+        return (f"{self.failure.label()} failed accuracy in trial {self.failure.trial} "
+                f"({'; '.join(self.failure.evidence)}){where}; {self.launches_saved} launch(es) saved")
+
+
 class ConfirmationLaunch(Record):
     """One relaunch of a confirmation round: an arm (`trial`) of the pair best vs baseline. A study's
     rounds accumulate over its sittings; `objective` is None when the relaunch failed."""
@@ -987,6 +1032,9 @@ class RecipeVerdict(Record):
     tradeoffs: list[TradeOff] = Field(
         default_factory=list,
         description="what the winner trades away: measurements worse than the baseline's beyond the launch noise",
+    )
+    accuracy_failures: list[FailedClass] = Field(
+        default_factory=list, description="numerics classes the study learned fail accuracy (never the best)"
     )
 
 

@@ -226,6 +226,9 @@ class RichReporter:
     def trial_skipped(self, result: TrialResult) -> None:
         self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
 
+    def learned(self, text: str) -> None:
+        self.console.print(f"  [yellow]{text}[/]", highlight=False)
+
     def relaunch_started(self, text: str) -> None:
         self.relaunches = max(0, self.relaunches - 1)
         self.console.print(f"[bold]{text}[/]")
@@ -414,6 +417,8 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number != 0:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
+    for failed in outcome.failed_classes():
+        console.print(f"  [yellow]numerics class failed accuracy[/]: {failed.describe()}", highlight=False)
     for i, t in enumerate(outcome.tradeoffs_of(best)):
         if i == 0:
             console.print("  [yellow]trades away[/] (worse than the baseline beyond the launch noise, one launch each):")

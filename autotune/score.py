@@ -12,8 +12,11 @@ its noise), best first.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
-from autotune.models import GateOutcome, Gates, TrialResult
+from autotune.models import AccuracyFailure, GateOutcome, Gates, TrialResult
+from autotune.numerics import GATE as CLASS_GATE
+from autotune.numerics import class_gate
 from autotune.tradeoffs import regression_gate
 
 
@@ -67,11 +70,12 @@ def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gat
 
 def evaluate_gates(
     result: TrialResult, reference: TrialResult | None, gates: Gates, accuracy: bool = True,
-    baseline: TrialResult | None = None,
+    baseline: TrialResult | None = None, failures: Sequence[AccuracyFailure] = (),
 ) -> list[GateOutcome]:
     """Every configured gate's outcome; `accuracy=False` (a throughput-only study) leaves out needle
     and qeval, and the recipe says accuracy is unchecked. `baseline` is what `max_regression`
-    compares with (trial 0)."""
+    compares with (trial 0); `failures`, the numerics classes the study learned failed accuracy
+    (autotune.numerics): a trial of one without evidence of its own fails the `numerics class` gate."""
     if result.status != "ok":
         return []
     outcomes = []
@@ -92,6 +96,9 @@ def evaluate_gates(
     if notes:
         measured = [g.model_copy(update={"detail": f"{g.detail or ''}{''.join(notes)}"}) for g in measured]
     outcomes.extend(measured)
+    learned = class_gate(result, measured, gates, list(failures)) if accuracy and failures else None
+    if learned is not None:
+        outcomes.append(learned)
     if gates.ttft_ms_max is not None:
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
@@ -111,7 +118,7 @@ def constraint_values(result: TrialResult) -> dict[str, float]:
 
 def accuracy_status(trial: TrialResult) -> str:
     """pass / fail / unchecked over the accuracy gates of a trial (unchecked when it has none)."""
-    accuracy = [g for g in trial.gates if g.gate in ("needle", "qeval")]
+    accuracy = [g for g in trial.gates if g.gate in ("needle", "qeval", CLASS_GATE)]
     if any(g.status == "fail" for g in accuracy):
         return "fail"
     if not accuracy or any(g.status == "unchecked" for g in accuracy):

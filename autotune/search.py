@@ -593,6 +593,7 @@ def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResul
         objective=space.objective.label,
         confirmation=confirmation,
         tradeoffs=outcome.tradeoffs_of(chosen),
+        accuracy_failures=outcome.failed_classes(),
     )
 
 

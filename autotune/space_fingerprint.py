@@ -19,6 +19,10 @@ from autotune.errors import ConfigError
 from autotune.models import SearchSpace
 
 
+#: Gates fields added after studies were first fingerprinted (left out while empty)
+LATER_GATES = ("max_regression",)
+
+
 def experiment(space: SearchSpace) -> dict[str, Any]:
     """The parts of a space that define the experiment, as plain JSON data."""
     data = space.model_dump(mode="json")
@@ -32,7 +36,9 @@ def experiment(space: SearchSpace) -> dict[str, Any]:
         "rules": data["rules"],
         "workload": data["workload"],
         "objective": data["objective"],
-        "gates": data["gates"],
+        # a gate added to the schema since is part of the experiment only where a space sets it, so
+        # studies made before it keep their fingerprint
+        "gates": {k: v for k, v in data["gates"].items() if v or k not in LATER_GATES},
     }
 
 

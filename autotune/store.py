@@ -1,5 +1,6 @@
 """runs.db through sqlite-utils: hosts, probe_results, tuning_studies, trial_results,
-measurements, failures (learned), confirmations, recipes, study_owners (who runs a study now) and
+measurements, failures (learned), accuracy_failures (numerics classes that failed a gate), confirmations,
+confirmation_launches, recipes, study_owners (who runs a study now) and
 attempts (launches in flight). Optuna keeps its own tables (studies, trials, ...) in the same file
 through its RDB storage (`optuna_storage()`), hence the distinct names.
 
@@ -27,6 +28,7 @@ from sqlite_utils.migrations import Migrations
 
 from autotune.errors import StoreError
 from autotune.models import (
+    AccuracyFailure,
     Candidate,
     Confirmation,
     ConfirmationLaunch,
@@ -211,6 +213,15 @@ def m006_confirmation_launches(db: sqlite_utils.Database) -> None:
                     "trial": row["trial"], "objective": row["objective"], "duration_s": None,
                     "sample_id": row["id"], "measured_at": row["measured_at"],
                 })
+
+
+@MIGRATIONS()
+def m007_accuracy_failures(db: sqlite_utils.Database) -> None:
+    # a numerics class that failed needle or qeval in a study: its candidates are never the best
+    db["accuracy_failures"].create(
+        {"id": int, "study": str, "trial": int, "knob_values": str, "result": str, "created_at": str}, pk="id"
+    )
+    db["accuracy_failures"].create_index(["study"])
 
 
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
@@ -541,6 +552,16 @@ class Store:
         """Store one relaunch of a confirmation round; returns it with its id."""
         row = launch.model_dump(exclude={"id"})
         return launch.model_copy(update={"id": self.db["confirmation_launches"].insert(row).last_pk})
+
+    def add_accuracy_failure(self, failure: AccuracyFailure) -> AccuracyFailure:
+        row = {"study": failure.study, "trial": failure.trial, "knob_values": json.dumps(failure.knob_values, sort_keys=True),
+               "result": failure.model_dump_json(), "created_at": failure.created_at}
+        return failure.model_copy(update={"id": self.db["accuracy_failures"].insert(row).last_pk})
+
+    def accuracy_failures(self, study: str) -> list[AccuracyFailure]:
+        """The numerics classes that failed accuracy in this study, in the order they were learned."""
+        rows = self.db["accuracy_failures"].rows_where("study = ?", [study], order_by="id")
+        return [AccuracyFailure.model_validate_json(row["result"]).model_copy(update={"id": row["id"]}) for row in rows]
 
     def relaunch_seconds(self, study: str) -> list[float]:
         """Wall seconds of the study's confirmation relaunches that were timed (objective-only launches)."""

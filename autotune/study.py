@@ -37,8 +37,11 @@ from autotune.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure, shared_cause
-from autotune.models import Candidate, Confirmation, Objective, Scalar, SearchSpace, TradeOff, TrialResult
+from autotune.models import (
+    AccuracyFailure, Candidate, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+)
 from autotune.noise import LaunchNoise
+from autotune.numerics import ClassStatus, class_status, failed_class, failure_of, numerics_class, skip_reason
 from autotune.relaunch_cost import gates_relaunch_s
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
@@ -64,6 +67,8 @@ class Reporter(Protocol):
 
     def relaunch_started(self, text: str) -> None: ...
 
+    def learned(self, text: str) -> None: ...
+
 
 class SilentReporter:
     def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
@@ -81,6 +86,9 @@ class SilentReporter:
     def relaunch_started(self, text: str) -> None:
         pass
 
+    def learned(self, text: str) -> None:
+        pass
+
 
 class StudyOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -96,10 +104,20 @@ class StudyOutcome(BaseModel):
     noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine, of its objective
     accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
     objective: Objective = Field(default_factory=Objective)  # what the trials' objective and score measure
+    accuracy_failures: list[AccuracyFailure] = Field(default_factory=list)  # numerics classes learned to fail
 
     @property
     def best(self) -> TrialResult | None:
         return self.ranked[0] if self.ranked else None
+
+    def failed_classes(self) -> list[FailedClass]:
+        """The numerics classes learned to fail accuracy, each with the launches skipped for it."""
+        out = []
+        for failure in self.accuracy_failures:
+            saved = len({t.candidate.key() for t in self.trials  # each candidate once, however often proposed
+                         if t.status == "skipped" and skip_reason(failure) in (t.reason or "")})
+            out.append(FailedClass(failure=failure, launches_saved=saved))
+        return out
 
     def tradeoffs_of(self, trial: TrialResult) -> list[TradeOff]:
         """Where `trial` is worse than the baseline beyond the launch noise (autotune/tradeoffs.py)."""
@@ -172,7 +190,9 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         space = SearchSpace.model_validate_json(row["space"])
         gates, objective = space.gates, space.objective
         reference, base = reference_of(store, name, trials), baseline_of(trials)
-        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base)}) for t in trials]
+        learned = store.accuracy_failures(name)
+        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base, learned)})
+                  for t in trials]
         noise = store.launch_noise(row["host_key"], row["engine"], objective.metric)
     base = baseline_of(trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
@@ -188,6 +208,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         noise=noise,
         accuracy=accuracy,
         objective=objective,
+        accuracy_failures=store.accuracy_failures(name),
     )
 
 
@@ -254,8 +275,10 @@ class Tuner:
         launch: TrialLaunch = run_trial,
         skip_dominated: bool = True,
         gates_at_end: bool = False,
+        learn_accuracy_classes: bool = True,
     ) -> None:
         self.ctx = ctx
+        self.learn_accuracy_classes = learn_accuracy_classes and ctx.accuracy  # autotune.numerics
         self.store = store
         self.pruner = pruner
         self.host_key = host_key
@@ -275,6 +298,9 @@ class Tuner:
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
+        # numerics classes that failed an accuracy gate in this study (autotune.numerics)
+        self.accuracy_failures = store.accuracy_failures(ctx.study)
+        pruner.add(self._failed_class)
 
     def _learned_failure(self, candidate: Candidate) -> str | None:
         for failure in self.failures:
@@ -283,6 +309,22 @@ class Tuner:
                 where = f" in trial {failure['trial']}" if failure["trial"] is not None else ""
                 return f"learned: {values} failed with {failure['failure_class']}{where}"
         return None
+
+    def _failed_class(self, candidate: Candidate) -> str | None:
+        if not self.learn_accuracy_classes:
+            return None
+        failure = failed_class(candidate, self.accuracy_failures)
+        return f"learned: {skip_reason(failure)}" if failure else None
+
+    def _learn_accuracy(self, result: TrialResult) -> None:
+        """A trial's own failed needle or qeval: its numerics class is never the best from now on."""
+        if not self.learn_accuracy_classes or failed_class(result.candidate, self.accuracy_failures) is not None:
+            return
+        failure = failure_of(self.ctx.space, result, outcome_of(self.store, self.ctx.study).trials)
+        if failure is None:
+            return
+        self.accuracy_failures.append(self.store.add_accuracy_failure(failure))
+        self.reporter.learned(f"learned: {skip_reason(failure)}; its candidates are not launched again")
 
     def _open(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -450,7 +492,9 @@ class Tuner:
                 self.reporter.trial_event(text)
 
             donor = self._accuracy_donor(candidate, trial.number)
-            check = self._dominated_check(trial.number, defer=donor is None)  # reusing costs nothing: no deferral
+            # reusing costs nothing, and a class not gated yet is gated at once: no deferral
+            defer = donor is None and not self._gate_class_now(candidate)
+            check = self._dominated_check(trial.number, defer=defer)
             wait_needle = self._reference_needle_waits(trial.number)
             self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
             try:
@@ -469,9 +513,10 @@ class Tuner:
             if wait_needle and result.status == "ok":
                 result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),
-                                   baseline_of([*before, result]))
+                                   baseline_of([*before, result]), self.accuracy_failures)
             result = result.model_copy(update={"gates": gates, "predicted": predicted})
             self.store.save_trial(result)
+            self._learn_accuracy(result)
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(
                     self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
@@ -508,9 +553,10 @@ class Tuner:
         def save(merged: TrialResult, result: TrialResult) -> None:
             reference = reference_of(self.store, self.ctx.study)
             gates = evaluate_gates(merged, reference, self.ctx.space.gates, self.store.study_accuracy(self.ctx.study),
-                                   baseline_of(self.store.trials(self.ctx.study)))
+                                   baseline_of(self.store.trials(self.ctx.study)), self.accuracy_failures)
             merged = merged.model_copy(update={"gates": gates})
             self.store.save_trial(merged)
+            self._learn_accuracy(merged)
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
                                              result.objective, "gates relaunch", merged.number,
@@ -535,7 +581,7 @@ class Tuner:
         `defer`) one that may still pass them, the trial deferring its own when it is faster."""
         if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
-        trials = self.store.trials(self.ctx.study)
+        trials = outcome_of(self.store, self.ctx.study).trials  # gates judged again: learned classes count
         noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.metric)
         if self.gates_at_end:  # the incumbent may have its own gates still to run
             head = optimistic_incumbent(trials)
@@ -543,6 +589,17 @@ class Tuner:
             return lazy(check) if defer else check
         ranked = rank(trials)
         return dominated_check(ranked[0] if ranked else None, noise)
+
+    def _gate_class_now(self, candidate: Candidate) -> bool:
+        """Whether the candidate's gates run at once should it lead (autotune.numerics): its class is
+        not gated yet and has other candidates left, which a failure would save from launching."""
+        if not self.learn_accuracy_classes:
+            return False
+        trials = self.store.trials(self.ctx.study)
+        if class_status(self.ctx.space, candidate, trials, self.accuracy_failures) is not ClassStatus.UNGATED:
+            return False
+        mine = numerics_class(self.ctx.space, candidate)
+        return any(numerics_class(self.ctx.space, c) == mine for c in self._untried_feasible() if c.key() != candidate.key())
 
     def _accuracy_donor(self, candidate: Candidate, number: int) -> TrialResult | None:
         """A trial of this study whose accuracy results `candidate` may reuse: it measured them

@@ -72,7 +72,7 @@ from autotune.trial import TrialContext
 from ground_truth import machine_fit
 
 STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
-              "autotune-gate-all", "autotune-gates-at-once", "autotune-median")
+              "autotune-gate-all", "autotune-gates-at-once", "autotune-median", "autotune-no-classes")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
 
@@ -130,6 +130,22 @@ class Table:
             if statistics.fmean(top) - statistics.fmean(mine) <= 2.0 * se:
                 tied.add(key)
         return tied
+
+    def set_numerics_class(self, knobs: list[str] | None) -> None:
+        """Replay with only `knobs` in the numerics class (autotune.numerics; None: as the table's space
+        marks them): the others get `numerics_class: false`, as the shipped space marks threads."""
+        if knobs is None:
+            return
+        unknown = set(knobs) - {k.name for k in self.space.knobs}
+        if unknown:
+            raise ValueError(f"--numerics-class names {', '.join(sorted(unknown))}, not a knob of the table's space")
+        marked = [k.model_copy(update={"numerics_class": k.name in knobs}) for k in self.space.knobs]
+        self.space = self.space.model_copy(update={"knobs": marked})
+
+    def fails_accuracy(self, key: str) -> bool:
+        """Every launch of the candidate ran, and its accuracy fails a gate: it can never be the answer."""
+        launches = self.entries[key]["launches"]
+        return bool(launches) and all(l["status"] == "ok" for l in launches) and self.truth.get(key) is None
 
     def set_mad_penalty(self, penalty: float | None) -> None:
         """Replay every strategy with the space's objective.mad_penalty at `penalty` (None: as measured)."""
@@ -264,6 +280,7 @@ class Replay(BaseModel):
     dominated: int = 0  # launches whose gates were skipped (score not above the incumbent's: cannot rank first)
     gated: int = 0  # trials whose accuracy gates ran, in their own launch or a gates relaunch (the expensive part)
     relaunches: int = 0  # gates relaunches at the end of the study (deferred gates): launches beyond the budget
+    doomed: int = 0  # launches (trials and gates relaunches) of candidates whose accuracy fails: never the answer
 
 
 def gp_available() -> str | None:
@@ -307,13 +324,16 @@ def replay_one(
     # every strategy gates as `autotune search` would on this engine unless told otherwise
     options: dict = {"skip_dominated": skip_dominated,
                      "gates_at_end": engine.gates_at_end if gates_at_end is None else gates_at_end}
-    if strategy in ("autotune", "autotune-median", "autotune-gate-all", "autotune-gates-at-once"):  # what `autotune search` gives its Tuner
+    if strategy in ("autotune", "autotune-median", "autotune-gate-all", "autotune-gates-at-once",
+                    "autotune-no-classes"):  # what `autotune search` gives its Tuner
         options |= {"order": planner_order(space, table.hardware, 1),
                     "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
         if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
             options["skip_dominated"] = False
         if strategy == "autotune-gates-at-once":  # the default, but an incumbent's gates run in its own launch
             options["gates_at_end"] = False
+        if strategy == "autotune-no-classes":  # the default before issue 28: no numerics class learned or gated early
+            options["learn_accuracy_classes"] = False
     elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands
         def plain(candidates: list[Candidate]) -> list[Candidate]:
             scored = [(estimate(space, c, table.hardware, 1).decode_tps or 0.0, c) for c in candidates]
@@ -352,11 +372,13 @@ def replay_one(
     dominated = sum(1 for t in outcome.trials if t.dominated)
     gated = sum(1 for t in outcome.trials if t.status == "ok" and (t.needle or t.qeval) and t.accuracy_from is None)
     relaunches = sum(1 for t in outcome.trials if t.accuracy_relaunched)
+    doomed = sum((1 + t.accuracy_relaunched) for t in outcome.trials
+                 if t.status in ("ok", "failed") and table.fails_accuracy(t.candidate.key()))
     store.db.close()
     return Replay(
         strategy=strategy, seed=seed, budget=budget, pick=best.candidate.label() if best else None,
         ratio=(value or 0.0) / table.optimum, launches=launches, pruned=pruned, dominated=dominated, gated=gated,
-        relaunches=relaunches,
+        relaunches=relaunches, doomed=doomed,
         tied=best is not None and best.candidate.key() in table.tied,
     )
 
@@ -364,11 +386,12 @@ def replay_one(
 _WORKER_TABLE: Table | None = None
 
 
-def _init_worker(path: Path, mad_penalty: float | None) -> None:
+def _init_worker(path: Path, mad_penalty: float | None, numerics_class: list[str] | None = None) -> None:
     global _WORKER_TABLE
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _WORKER_TABLE = Table(json.loads(Path(path).read_text()))
     _WORKER_TABLE.set_mad_penalty(mad_penalty)
+    _WORKER_TABLE.set_numerics_class(numerics_class)
     _WORKER_TABLE.launched_failure_implicates()
 
 
@@ -417,6 +440,7 @@ def summarize(table: Table, runs: list[Replay], strategies: list[str], budgets: 
                 "dominated_mean": statistics.fmean(r.dominated for r in mine),
                 "gated_mean": statistics.fmean(r.gated for r in mine),
                 "relaunches_mean": statistics.fmean(r.relaunches for r in mine),
+                "doomed_mean": statistics.fmean(r.doomed for r in mine),
                 "same_pick_as_default": (
                     sum(a.pick == b.pick for a, b in zip(default, mine)) / len(mine)
                     if strategy != "autotune" and len(default) == len(mine) else None
@@ -471,7 +495,7 @@ def render(summary: dict) -> str:
         + ("; autotune-median ranks by the median" if any(r["strategy"] == "autotune-median" for r in summary["rows"]) else ""),
         *(["picks valued by their launches other than the one drawn for them (--held-out)"] if summary.get("held_out") else []),
         f"{'budget':>10} {'strategy':<{width}} {'ratio median [q1, q3]':<24} {'>=0.97':>6} {'tied':>5} {'launches [q1, q3]':<18} "
-        f"{'gated':>5} {'relaunch':>8} {'same pick':>9} {'p(autotune>)':>12}",
+        f"{'gated':>5} {'relaunch':>8} {'doomed':>6} {'same pick':>9} {'p(autotune>)':>12}",
     ]
     for r in summary["rows"]:
         p, same = r["autotune_better_p"], r["same_pick_as_default"]
@@ -480,7 +504,8 @@ def render(summary: dict) -> str:
             f"{r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, {r['ratio_q3']:.3f}]     {r['reached_097']:>6.0%} "
             f"{r['tied_with_optimum']:>5.0%} "
             f"{r['launches_median']:>4.0f} [{r['launches_q1']:.0f}, {r['launches_q3']:.0f}]       "
-            f"{r['gated_mean']:>5.1f} {r['relaunches_mean']:>8.1f} {'-' if same is None else f'{same:.0%}':>9} "
+            f"{r['gated_mean']:>5.1f} {r['relaunches_mean']:>8.1f} {r.get('doomed_mean', 0.0):>6.1f} "
+            f"{'-' if same is None else f'{same:.0%}':>9} "
             f"{'-' if p is None else f'{p:.2g}':>12}"
         )
     goal = summary["goal"]
@@ -512,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay with the space's objective.mad_penalty at this value (default: the table's own)")
     parser.add_argument("--held-out", action="store_true",
                         help="value each pick by the mean of its launches other than the one the replay drew for it")
+    parser.add_argument("--numerics-class", default=None,
+                        help="comma-separated knobs that make the numerics class (default: the table's space's own "
+                        "marks); e.g. type_k,type_v,flash_attn as the shipped llama.cpp space marks them")
     parser.add_argument("--host-noise", action="store_true",
                         help="the replayed host knows its launch noise (from the table), so dominated candidates skip their gates")
     args = parser.parse_args(argv)
@@ -522,6 +550,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table.launched_failure_implicates()
     table.set_mad_penalty(args.mad_penalty)
+    numerics_class = [k for k in args.numerics_class.split(",") if k] if args.numerics_class else None
+    try:
+        table.set_numerics_class(numerics_class)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     strategies = [s for s in args.strategies.split(",") if s]
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
@@ -537,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_fs = "/dev/shm" if Path("/dev/shm").is_dir() else None  # replayed runs.db files are throw-away
     with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=memory_fs) as tmp:
         if args.jobs > 1:
-            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table, args.mad_penalty)) as pool:
+            with ProcessPoolExecutor(args.jobs, initializer=_init_worker, initargs=(args.table, args.mad_penalty, numerics_class)) as pool:
                 runs = list(pool.map(_replay_job, [(*j, tmp, args.host_noise, args.held_out) for j in jobs], chunksize=8))
         else:
             runs = [replay_one(table, s, seed, b, Path(tmp), args.host_noise, held_out=args.held_out) for s, seed, b in jobs]

@@ -266,6 +266,9 @@ class Recorder:
     def relaunch_started(self, text: str) -> None:
         self.events.append(text)
 
+    def learned(self, text: str) -> None:
+        self.events.append(text)
+
 
 @pytest.mark.engine
 def test_a_real_trial_reports_requests_and_items_done(tmp_path, gemma_gguf):

@@ -95,3 +95,15 @@ def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
     shown = console.export_text()
     assert "trades away" in shown and "prefill_tps.512 x0.51" in shown and "ttft_ms.prose x1.38" in shown
     assert "prefill_tps.512 x0.51" in verdict_section(outcome)
+
+
+def test_a_space_without_max_regression_keeps_the_fingerprint_its_studies_were_made_with():
+    from autotune.space import load_space
+    from autotune.space_fingerprint import fingerprint
+
+    # computed before gates.max_regression existed: a resumed study must not be refused as changed
+    assert fingerprint(load_space("llamacpp-gemma3-270m")) == "66cd147613d9a99a"
+    assert fingerprint(load_space("vllm-minimax-m2-12l-dummy")) == "f8a4ccd9ac68a340"
+    space = load_space("llamacpp-gemma3-270m")
+    gated = space.model_copy(update={"gates": space.gates.model_copy(update={"max_regression": {"prefill_tps": 0.8}})})
+    assert fingerprint(gated) != fingerprint(space)

@@ -1,0 +1,136 @@
+"""Numerics classes: accuracy failures that teach the search while it runs.
+
+What decides a candidate's greedy output, and so its needle and qeval, is its numerics: KV cache
+types, weight quantization, an attention path that changes precision. A space's knobs are in the
+numerics class unless marked `numerics_neutral` (or `numerics_class: false`, for knobs that only
+reorder arithmetic, such as threads and batch sizes). Every candidate holding the same values of
+those knobs is in one class.
+
+- **Gated at once, the first time.** With gates at the end (autotune.deferred) a faster trial
+  defers its gates; but a trial whose class has not been gated yet, and has other candidates left
+  to try, runs them at once when it would become the incumbent, so an accuracy loss shows while the
+  sampler still proposes that class. Later trials of a class that passed defer as before, and so
+  does a class of one candidate (a space that marks no knob out of the class): gating it early
+  would save no launch.
+- **A failed class is learned.** A trial's own needle or qeval failing stores its class
+  (`accuracy_failures` in runs.db): candidates of the class are then never the best (a failed
+  `numerics class` gate where they have no evidence of their own), are not launched (the pruner
+  skips them, told to Optuna as pruned like every infeasible candidate), and their deferred gates
+  are never run. Where one knob value alone separates the class from one that passed, the failure
+  names it: that value and that trial, found from launches already made (no extra launch).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from autotune.models import AccuracyFailure, Candidate, GateOutcome, Gates, Scalar, SearchSpace, TrialResult
+
+GATE = "numerics class"
+ACCURACY_GATES = ("needle", "qeval")
+
+
+class ClassStatus(str, Enum):
+    UNGATED = "ungated"  # no trial of the class has measured every accuracy gate yet
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+def class_knobs(space: SearchSpace) -> list[str]:
+    return [k.name for k in space.knobs if k.in_numerics_class]
+
+
+def knob_values(space: SearchSpace, candidate: Candidate) -> dict[str, Scalar]:
+    return {k.name: candidate.params.get(k.name, candidate.env.get(k.name)) for k in space.knobs}
+
+
+def numerics_class(space: SearchSpace, candidate: Candidate) -> dict[str, Scalar]:
+    """The candidate's values of the knobs in the numerics class."""
+    values = knob_values(space, candidate)
+    return {name: values[name] for name in class_knobs(space)}
+
+
+def own_accuracy(trial: TrialResult) -> list[GateOutcome]:
+    """The trial's accuracy gates judged on evidence it measured itself (not reused, not skipped)."""
+    if trial.status != "ok" or trial.accuracy_from is not None:
+        return []
+    return [g for g in trial.gates if g.gate in ACCURACY_GATES and g.status in ("pass", "fail")]
+
+
+def failure_of(space: SearchSpace, trial: TrialResult, trials: list[TrialResult]) -> AccuracyFailure | None:
+    """The class failure a trial's own failed needle or qeval teaches, or None."""
+    failed = [g for g in own_accuracy(trial) if g.status == "fail"]
+    values = numerics_class(space, trial.candidate)
+    if not failed or not values:
+        return None
+    return AccuracyFailure(
+        study=trial.study, trial=trial.number, knob_values=values, gates=[g.gate for g in failed],
+        evidence=[f"{g.gate}: {g.detail}" for g in failed], differs_from=_one_value_apart(space, values, trials),
+    )
+
+
+def _one_value_apart(space: SearchSpace, values: dict[str, Scalar], trials: list[TrialResult]) -> str | None:
+    """The knob value that alone separates a failed class from one that passed, where one did."""
+    for other in trials:
+        if class_status_of_trial(space, other) is not ClassStatus.PASSED:
+            continue
+        theirs = numerics_class(space, other.candidate)
+        apart = [k for k in values if values[k] != theirs.get(k)]
+        if len(apart) == 1:
+            return f"{apart[0]}={values[apart[0]]} (else the class of trial {other.number}, which passed)"
+    return None
+
+
+def _wanted(gates: Gates) -> set[str]:
+    return {g for g in ACCURACY_GATES if getattr(gates, g) is not None}
+
+
+def _status_of(outcomes: list[GateOutcome], gates: Gates) -> ClassStatus:
+    judged = [g for g in outcomes if g.gate in ACCURACY_GATES and g.status in ("pass", "fail")]
+    if any(g.status == "fail" for g in judged):
+        return ClassStatus.FAILED
+    wanted = _wanted(gates)
+    if wanted and {g.gate for g in judged if g.status == "pass"} >= wanted:
+        return ClassStatus.PASSED
+    return ClassStatus.UNGATED
+
+
+def class_status_of_trial(space: SearchSpace, trial: TrialResult) -> ClassStatus:
+    """What the trial's own evidence says of its class (reused or skipped gates say nothing)."""
+    return _status_of(own_accuracy(trial), space.gates)
+
+
+def class_status(space: SearchSpace, candidate: Candidate, trials: list[TrialResult],
+                 failures: list[AccuracyFailure]) -> ClassStatus:
+    """Where the candidate's class stands: failed (learned), passed (a trial of it passed every
+    accuracy gate on its own evidence), or not gated yet."""
+    if failed_class(candidate, failures) is not None:
+        return ClassStatus.FAILED
+    mine = numerics_class(space, candidate)
+    same = [t for t in trials if numerics_class(space, t.candidate) == mine]
+    if any(class_status_of_trial(space, t) is ClassStatus.PASSED for t in same):
+        return ClassStatus.PASSED
+    return ClassStatus.UNGATED
+
+
+def failed_class(candidate: Candidate, failures: list[AccuracyFailure]) -> AccuracyFailure | None:
+    values = {**candidate.env, **candidate.params}
+    return next((f for f in failures if f.matches(values)), None)
+
+
+def skip_reason(failure: AccuracyFailure) -> str:
+    """Why a candidate of a failed class is not launched (a skipped trial's reason)."""
+    return f"numerics class {failure.label()} failed {' and '.join(failure.gates)} in trial {failure.trial}"
+
+
+def class_gate(trial: TrialResult, outcomes: list[GateOutcome], gates: Gates,
+               failures: list[AccuracyFailure]) -> GateOutcome | None:
+    """A failed gate for a trial of a failed class whose own evidence (`outcomes`, its accuracy
+    gates as just judged) neither failed already nor passed every accuracy gate."""
+    failure = failed_class(trial.candidate, failures)
+    if failure is None or trial.status != "ok":
+        return None
+    own = outcomes if trial.accuracy_from is None else []
+    if _status_of(own, gates) is not ClassStatus.UNGATED:
+        return None  # its own evidence stands, failed or passed
+    return GateOutcome(gate=GATE, status="fail", detail=f"learned: {skip_reason(failure)} ({'; '.join(failure.evidence)})")

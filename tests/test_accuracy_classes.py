@@ -1,0 +1,144 @@
+"""Accuracy that steers the search (autotune.numerics): a stand-in engine whose 4-bit-K candidates
+are the fastest and fail qeval. Before, with gates at the end, every one of them was launched and
+deferred its gates, and the study learned they fail only at the end, walking down the ranking; now
+the first of them that would lead runs its gates at once, its numerics class is learned as failed,
+and the class's other candidates are never launched. The study, store, gates and sampler are real;
+the launches are stand-ins."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from autotune.models import Candidate, NeedleCase, NeedleReport, QevalReport, TrialResult
+
+SPACE = """name: classes
+engine: llamacpp
+model: {{name: m, path: {model}, context_max: 2048}}
+knobs:
+  - {{name: type_k, values: [f16, q4_0], default: f16}}
+  - {{name: n_threads, values: [1, 2], default: 1, numerics_class: false}}
+  - {{name: draft_k, values: [0, 4], default: 0, numerics_class: false}}
+gates:
+  needle: {{lengths_tokens: [512], depths: [0.5]}}
+  qeval: {{tasks: 20}}
+"""
+TASKS = [f"t-{i:03d}" for i in range(20)]
+
+
+def speed(candidate: Candidate) -> float:
+    p = candidate.params
+    return 10.0 * (1.6 if p["type_k"] == "q4_0" else 1.0) * (1.2 if p["n_threads"] == 2 else 1.0) \
+        * (1.3 if p["draft_k"] == 4 else 1.0)
+
+
+def qeval_of(candidate: Candidate) -> QevalReport:
+    right = 4 if candidate.params["type_k"] == "q4_0" else 12  # q4_0 K loses 8 of the 12 tasks f16 gets
+    results = {t: i < right for i, t in enumerate(TASKS)}
+    return QevalReport(results=results, correct=right, total=len(TASKS), per_category={"t": [right, len(TASKS)]})
+
+
+NEEDLE = NeedleReport(cases=[NeedleCase(length_tokens=512, prompt_tokens=530, depth=0.5, passed=True, expected="48213", answer="48213")], max_pass_length=512)
+
+
+class Engine:
+    """Stands in for run_trial: numbers by the candidate, gates as the study's check asks."""
+
+    def __init__(self) -> None:
+        self.launched: list[tuple[int, dict]] = []
+        self.gated: list[int] = []
+
+    def __call__(self, ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
+        self.launched.append((number, dict(candidate.params)))
+        value = speed(candidate)
+        result = TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=value,
+                             score=value, duration_s=30.0)
+        skip = dominated(value, value) if dominated else None
+        if skip:
+            return result.model_copy(update={"dominated": skip})
+        if reuse is not None:
+            return result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
+        self.gated.append(number)
+        gates = ctx.space.gates
+        return result.model_copy(update={"needle": NEEDLE if gates.needle else None,
+                                         "qeval": qeval_of(candidate) if gates.qeval else None})
+
+
+def _study(tmp_path, monkeypatch, trials: int = 8):
+    pytest.importorskip("llama_cpp")
+    from autotune import deferred, search, study
+    from autotune.store import Store
+
+    engine = Engine()
+    monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=engine))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    space = tmp_path / "s.yaml"
+    space.write_text(SPACE.format(model=model))
+    plan = search.prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s",
+                          hardware="cpu", nodes=1, accuracy=True, logs_dir=tmp_path)
+    assert plan.ctx.engine.gates_at_end  # llama.cpp's default: a faster trial defers its gates
+    outcome = search.run(plan, trials=trials, confirm_rounds=0, noise_relaunches=0)
+    return outcome, engine, Store(tmp_path / "runs.db"), deferred
+
+
+def test_a_failing_numerics_class_is_gated_early_learned_and_never_launched_again(tmp_path, monkeypatch):
+    outcome, engine, store, _ = _study(tmp_path, monkeypatch)
+    q4 = [n for n, p in engine.launched if p["type_k"] == "q4_0"]
+    # before: all four q4_0 candidates were launched (each deferring its gates), then relaunched to
+    # fail one by one at the end; now the first one that leads is gated in its own launch
+    assert len(q4) == 1, engine.launched
+    assert q4[0] in engine.gated
+    [failure] = store.accuracy_failures("s")
+    assert failure.knob_values == {"type_k": "q4_0"} and failure.gates == ["qeval"] and failure.trial == q4[0]
+    assert failure.differs_from and failure.differs_from.startswith("type_k=q4_0")
+    skipped = [t for t in outcome.trials if t.status == "skipped" and "numerics class type_k=q4_0" in (t.reason or "")]
+    assert skipped  # proposed by the sampler, skipped without a launch, told to Optuna as pruned
+    assert outcome.best is not None and outcome.best.candidate.params["type_k"] == "f16"
+    assert outcome.best.feasible
+
+
+def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_relaunched(tmp_path, monkeypatch):
+    """A q4_0 trial measured (gates deferred) before its class failed elsewhere fails the class
+    gate: it cannot rank, and the walk at the end never relaunches it."""
+    from autotune.models import AccuracyFailure, GateOutcome
+    from autotune.numerics import GATE, class_gate
+    from autotune.models import Gates
+
+    failure = AccuracyFailure(study="s", trial=3, knob_values={"type_k": "q4_0"}, gates=["qeval"],
+                              evidence=["qeval: 8 worse"])
+    deferred_trial = TrialResult(study="s", number=5, candidate=Candidate(engine="llamacpp", params={
+        "type_k": "q4_0", "n_threads": 2, "draft_k": 4}), status="ok", objective=25.0, score=25.0, deferred="later")
+    unchecked = [GateOutcome(gate=g, status="unchecked", detail="deferred") for g in ("needle", "qeval")]
+    gate = class_gate(deferred_trial, unchecked, Gates(), [failure])
+    assert gate is not None and gate.gate == GATE and gate.status == "fail" and "trial 3" in gate.detail
+    passed = [GateOutcome(gate=g, status="pass", detail="own") for g in ("needle", "qeval")]
+    assert class_gate(deferred_trial, passed, Gates(), [failure]) is None  # its own evidence stands
+    other = deferred_trial.model_copy(update={"candidate": Candidate(engine="llamacpp", params={"type_k": "f16"})})
+    assert class_gate(other, unchecked, Gates(), [failure]) is None
+    from autotune.deferred import pending
+
+    assert not pending(deferred_trial.model_copy(update={"gates": [*unchecked, gate]}))
+    assert pending(deferred_trial.model_copy(update={"gates": unchecked}))
+
+
+def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches_saved(tmp_path, monkeypatch, capsys):
+    from rich.console import Console
+
+    from autotune.html_report import verdict_section
+    from autotune.report import print_best
+
+    outcome, _, store, _ = _study(tmp_path, monkeypatch)
+    [summary] = outcome.failed_classes()
+    assert summary.failure.knob_values == {"type_k": "q4_0"} and summary.launches_saved >= 1
+    console = Console(record=True, width=200)
+    print_best(console, outcome)
+    shown = console.export_text()
+    assert "failed accuracy" in shown and "type_k=q4_0" in shown and "launch(es) saved" in shown
+    assert "type_k=q4_0" in verdict_section(outcome)
+    from autotune.search import recipe_verdict
+
+    verdict = recipe_verdict(store.study_space("s"), outcome, outcome.best)
+    assert [f.failure.knob_values for f in verdict.accuracy_failures] == [{"type_k": "q4_0"}]
+    assert summary.launches_saved <= 3  # the q4_0 candidates left after the first: each counted once
