@@ -12,6 +12,7 @@ import functools
 import pytest
 
 from autotune.models import Candidate, NeedleCase, NeedleReport, QevalReport, TrialResult
+from stand_in import stand_in_plan
 
 SPACE = """name: classes
 engine: llamacpp
@@ -72,12 +73,7 @@ def _study(tmp_path, monkeypatch, trials: int = 8):
 
     engine = Engine()
     monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=engine))
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(SPACE.format(model=model))
-    plan = search.prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s",
-                          hardware="cpu", nodes=1, accuracy=True, logs_dir=tmp_path)
+    plan = stand_in_plan(tmp_path, SPACE, accuracy=True)
     assert plan.ctx.engine.gates_at_end  # llama.cpp's default: a faster trial defers its gates
     outcome = search.run(plan, trials=trials, confirm_rounds=0, noise_relaunches=0)
     return outcome, engine, Store(tmp_path / "runs.db"), deferred

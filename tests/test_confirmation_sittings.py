@@ -10,6 +10,7 @@ import functools
 import pytest
 
 from autotune.models import Candidate, TrialResult
+from stand_in import stand_in_plan
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -67,12 +68,7 @@ class Sitting:
         self.monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=trial))
         self.monkeypatch.setattr(search, "TimeBudget", functools.partial(study.TimeBudget, clock=self.clock))
         self.monkeypatch.setattr(confirm, "run_trial", relaunch)
-        model = self.tmp_path / "m.gguf"
-        model.write_bytes(b"GGUF")
-        space = self.tmp_path / "s.yaml"
-        space.write_text(SPACE.format(model=model))
-        plan = search.prepare(space_name=str(space), model_path=None, db_path=self.tmp_path / "runs.db", study="s",
-                              hardware="cpu", nodes=1, accuracy=False, logs_dir=self.tmp_path, tries=list(tries))
+        plan = stand_in_plan(self.tmp_path, SPACE, accuracy=False, tries=list(tries))
         outcome = search.run(plan, trials=trials, confirm_rounds=confirm_rounds, noise_relaunches=0,
                              time_budget_s=budget_s)
         return outcome, Store(self.tmp_path / "runs.db")

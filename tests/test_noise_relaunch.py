@@ -10,6 +10,7 @@ import functools
 import pytest
 
 from autotune.models import Candidate, TrialResult
+from stand_in import stand_in_plan
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -45,12 +46,7 @@ def _run(tmp_path, monkeypatch, confirm_rounds: int, noise_relaunches: int) -> t
 
     monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=trial))
     monkeypatch.setattr(confirm, "run_trial", relaunch)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(SPACE.format(model=model))
-    plan = search.prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s",
-                          hardware="cpu", nodes=1, accuracy=False, logs_dir=tmp_path)
+    plan = stand_in_plan(tmp_path, SPACE, accuracy=False)
     search.run(plan, trials=2, confirm_rounds=confirm_rounds, noise_relaunches=noise_relaunches)
     store = Store(tmp_path / "runs.db")
     base = next(t for t in store.trials("s") if t.number == 0)
