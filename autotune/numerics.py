@@ -50,11 +50,13 @@ def numerics_class(space: SearchSpace, candidate: Candidate) -> dict[str, Scalar
     return {name: values[name] for name in class_knobs(space)}
 
 
-def own_accuracy(trial: TrialResult) -> list[GateOutcome]:
-    """The trial's accuracy gates judged on evidence it measured itself (not reused, not skipped)."""
+def own_accuracy(trial: TrialResult, outcomes: list[GateOutcome] | None = None) -> list[GateOutcome]:
+    """The trial's accuracy gates (`outcomes`, else its stored ones) judged on evidence it measured
+    itself: not reused, not skipped."""
     if trial.status != "ok" or trial.accuracy_from is not None:
         return []
-    return [g for g in trial.gates if g.gate in ACCURACY_GATES and g.status in ("pass", "fail")]
+    gates = trial.gates if outcomes is None else outcomes
+    return [g for g in gates if g.gate in ACCURACY_GATES and g.status in ("pass", "fail")]
 
 
 def failure_of(space: SearchSpace, trial: TrialResult, trials: list[TrialResult]) -> AccuracyFailure | None:
@@ -85,8 +87,8 @@ def _wanted(gates: Gates) -> set[str]:
     return {g for g in ACCURACY_GATES if getattr(gates, g) is not None}
 
 
-def _status_of(outcomes: list[GateOutcome], gates: Gates) -> ClassStatus:
-    judged = [g for g in outcomes if g.gate in ACCURACY_GATES and g.status in ("pass", "fail")]
+def _status_of(judged: list[GateOutcome], gates: Gates) -> ClassStatus:
+    """What a trial's own accuracy evidence (own_accuracy) says of its class."""
     if any(g.status == "fail" for g in judged):
         return ClassStatus.FAILED
     wanted = _wanted(gates)
@@ -130,7 +132,6 @@ def class_gate(trial: TrialResult, outcomes: list[GateOutcome], gates: Gates,
     failure = failed_class(trial.candidate, failures)
     if failure is None or trial.status != "ok":
         return None
-    own = outcomes if trial.accuracy_from is None else []
-    if _status_of(own, gates) is not ClassStatus.UNGATED:
+    if _status_of(own_accuracy(trial, outcomes), gates) is not ClassStatus.UNGATED:
         return None  # its own evidence stands, failed or passed
     return GateOutcome(gate=GATE, status="fail", detail=f"learned: {skip_reason(failure)} ({'; '.join(failure.evidence)})")

@@ -49,7 +49,7 @@ def gates_relaunch_s(
 ) -> float | None:
     """Seconds of one gates relaunch: a relaunch plus what needle and qeval took where they ran."""
     base = relaunch_s(trials, objective, measured)
-    gates = [gates_time_s(t) for t in trials if gates_time_s(t) > 0]
+    gates = [s for s in map(gates_time_s, trials) if s > 0]
     if base is None:
         return None
     return base + (statistics.median(gates) if gates else 0.0)

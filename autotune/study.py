@@ -41,7 +41,9 @@ from autotune.models import (
     AccuracyFailure, Candidate, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.noise import LaunchNoise
-from autotune.numerics import ClassStatus, class_status, failed_class, failure_of, numerics_class, skip_reason
+from autotune.numerics import (
+    ClassStatus, class_status, class_status_of_trial, failed_class, failure_of, knob_values, numerics_class, skip_reason,
+)
 from autotune.relaunch_cost import gates_relaunch_s
 from autotune.score import constraint_values, evaluate_gates, rank
 from autotune.space import Pruner, baseline, enumerate_candidates, make_candidate
@@ -320,6 +322,8 @@ class Tuner:
         """A trial's own failed needle or qeval: its numerics class is never the best from now on."""
         if not self.learn_accuracy_classes or failed_class(result.candidate, self.accuracy_failures) is not None:
             return
+        if class_status_of_trial(self.ctx.space, result) is not ClassStatus.FAILED:
+            return  # nothing failed: no need to read the study back
         failure = failure_of(self.ctx.space, result, outcome_of(self.store, self.ctx.study).trials)
         if failure is None:
             return
@@ -409,7 +413,7 @@ class Tuner:
         return [c for c in fresh if self.pruner.reason(c) is None]
 
     def _knob_values(self, candidate: Candidate) -> dict[str, Scalar]:
-        return {k.name: candidate.params.get(k.name, candidate.env.get(k.name)) for k in self.ctx.space.knobs}
+        return knob_values(self.ctx.space, candidate)
 
     def _enqueue(self, study: optuna.Study, candidate: Candidate) -> None:
         study.enqueue_trial(self._knob_values(candidate), skip_if_exists=False)

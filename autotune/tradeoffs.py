@@ -36,8 +36,9 @@ def _tradeoff(mine: Measurement, theirs: Measurement, better: Better) -> TradeOf
                     baseline=theirs.median, ratio=round(mine.median / theirs.median, 4), better=better)
 
 
-def is_worse(ratio: float, better: Better) -> bool:
-    return ratio < 1.0 if better is Better.HIGHER else ratio > 1.0
+def worse_than(ratio: float, limit: float, better: Better) -> bool:
+    """A ratio to the baseline beyond `limit` on the losing side (below it where higher is better)."""
+    return ratio < limit if better is Better.HIGHER else ratio > limit
 
 
 def tradeoffs(best: TrialResult, baseline: TrialResult | None, noise: LaunchNoise | None) -> list[TradeOff]:
@@ -46,7 +47,7 @@ def tradeoffs(best: TrialResult, baseline: TrialResult | None, noise: LaunchNois
     if baseline is None or best.number == baseline.number or noise is None:
         return []
     out = [_tradeoff(mine, theirs, better) for mine, theirs, better in _compared(best, baseline)]
-    out = [t for t in out if is_worse(t.ratio, t.better) and single_launch_inside(t.ratio, noise) is False]
+    out = [t for t in out if worse_than(t.ratio, 1.0, t.better) and single_launch_inside(t.ratio, noise) is False]
     return sorted(out, key=lambda t: -(1.0 / t.ratio if t.better is Better.HIGHER else t.ratio))  # worst first
 
 
@@ -66,7 +67,7 @@ def regression_gate(result: TrialResult, baseline: TrialResult | None, limits: d
         for mine, theirs, better in matching:
             seen.add(mine.name)
             ratio = mine.median / theirs.median
-            if (ratio < limit) if better is Better.HIGHER else (ratio > limit):
+            if worse_than(ratio, limit, better):
                 broken.append(f"{mine.name} x{ratio:.2f} vs limit x{limit:.2f}")
     if broken:
         return GateOutcome(gate=GATE, status="fail", detail="worse than the baseline allows: " + "; ".join(broken))
