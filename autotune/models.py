@@ -790,6 +790,34 @@ class TrialResult(Record):
 VerdictStatus = Literal["winner", "no winner", "not confirmed"]
 
 
+class ClassAttempt(Record):
+    """One step of isolating a failed numerics class: the class that passed, with some of the failed
+    class's values put on it, gated by a launch of its own or read from a trial that holds them."""
+
+    values: dict[str, Scalar] = Field(description="the failed class's values put on the class that passed")
+    failed: bool
+    trial: int | None = Field(None, description="the study's trial that showed it without a launch")
+    duration_s: float = 0.0
+    evidence: list[str] = Field(default_factory=list)
+
+
+class ClassIsolation(Record):
+    """What narrowing a failed class to the values that fail alone found, and what it cost."""
+
+    full_class: dict[str, Scalar] = Field(description="the failed trial's whole numerics class")
+    nearest_trial: int = Field(description="the trial of the passed class fewest values apart")
+    differing: dict[str, Scalar] = Field(description="knob -> failed class's value, where the two differ")
+    attempts: list[ClassAttempt] = Field(default_factory=list)
+    launches: int = 0
+    seconds: float = 0.0
+    widened_by: list[int] = Field(default_factory=list, description="passed trials that hold the isolated values")
+    verdict: str
+
+    def summary(self) -> str:
+        cost = f"{self.launches} launch{'es' if self.launches != 1 else ''}, {self.seconds:.0f} s"
+        return f"{self.verdict} (against trial {self.nearest_trial}; {cost})"
+
+
 class AccuracyFailure(Record):
     """A numerics class that failed an accuracy gate in a study: every candidate holding these knob
     values (the knobs in the space's numerics class) is never the best, and is not launched again."""
@@ -802,6 +830,9 @@ class AccuracyFailure(Record):
     evidence: list[str] = Field(description="each failed gate's detail")
     differs_from: str | None = Field(
         None, description="where one knob value alone separates it from a class that passed: that value and the trial"
+    )
+    isolation: ClassIsolation | None = Field(
+        None, description="the launches that narrowed knob_values to the values that fail alone (autotune.numerics)"
     )
     created_at: str = Field(default_factory=utc_now)
 
@@ -821,6 +852,8 @@ class FailedClass(Record):
 
     def describe(self) -> str:
         where = f"; one value apart from a class that passed: {self.failure.differs_from}" if self.failure.differs_from else ""
+        if self.failure.isolation is not None:
+            where += f"; isolated: {self.failure.isolation.summary()}"
         return (f"{self.failure.label()} failed accuracy in trial {self.failure.trial} "
                 f"({'; '.join(self.failure.evidence)}){where}; {self.launches_saved} launch(es) saved")
 

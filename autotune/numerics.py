@@ -18,16 +18,28 @@ those knobs is in one class.
   skips them, told to Optuna as pruned like every infeasible candidate), and their deferred gates
   are never run. Where one knob value alone separates the class from one that passed, the failure
   names it: that value and that trial, found from launches already made (no extra launch).
+- **Isolated where it saves launches.** Otherwise, with a passed class several values apart and
+  untried candidates that hold one of the failed values outside the failed class, the study puts
+  that value alone on the passed class and gates it in a launch of its own (at most
+  MAX_ISOLATION_LAUNCHES, the values that would keep most candidates from launching first, a class
+  a trial already judged read without a launch), as crash failures are isolated
+  (autotune.isolation). A value that fails alone becomes what the failure matches, widened by every
+  passed trial that holds it, so it never prunes a class seen to pass; its launches and seconds
+  are kept with the failure.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-from autotune.models import AccuracyFailure, Candidate, GateOutcome, Gates, Scalar, SearchSpace, TrialResult
+from autotune.models import (
+    AccuracyFailure, Candidate, ClassAttempt, GateOutcome, Gates, Scalar, SearchSpace, TrialResult,
+)
 
 GATE = "numerics class"
 ACCURACY_GATES = ("needle", "qeval")
+#: launches one isolation of a failed class may spend (each runs needle and qeval)
+MAX_ISOLATION_LAUNCHES = 2
 
 
 class ClassStatus(str, Enum):
@@ -87,7 +99,7 @@ def _wanted(gates: Gates) -> set[str]:
     return {g for g in ACCURACY_GATES if getattr(gates, g) is not None}
 
 
-def _status_of(judged: list[GateOutcome], gates: Gates) -> ClassStatus:
+def status_of(judged: list[GateOutcome], gates: Gates) -> ClassStatus:
     """What a trial's own accuracy evidence (own_accuracy) says of its class."""
     if any(g.status == "fail" for g in judged):
         return ClassStatus.FAILED
@@ -99,7 +111,7 @@ def _status_of(judged: list[GateOutcome], gates: Gates) -> ClassStatus:
 
 def class_status_of_trial(space: SearchSpace, trial: TrialResult) -> ClassStatus:
     """What the trial's own evidence says of its class (reused or skipped gates say nothing)."""
-    return _status_of(own_accuracy(trial), space.gates)
+    return status_of(own_accuracy(trial), space.gates)
 
 
 def class_status(space: SearchSpace, candidate: Candidate, trials: list[TrialResult],
@@ -132,6 +144,65 @@ def class_gate(trial: TrialResult, outcomes: list[GateOutcome], gates: Gates,
     failure = failed_class(trial.candidate, failures)
     if failure is None or trial.status != "ok":
         return None
-    if _status_of(own_accuracy(trial, outcomes), gates) is not ClassStatus.UNGATED:
+    if status_of(own_accuracy(trial, outcomes), gates) is not ClassStatus.UNGATED:
         return None  # its own evidence stands, failed or passed
     return GateOutcome(gate=GATE, status="fail", detail=f"learned: {skip_reason(failure)} ({'; '.join(failure.evidence)})")
+
+
+def _apart(values: dict[str, Scalar], theirs: dict[str, Scalar]) -> dict[str, Scalar]:
+    return {k: v for k, v in values.items() if v != theirs.get(k)}
+
+
+def failed_on(judged: list[GateOutcome], gates: list[str]) -> bool | None:
+    """Whether a launch's own accuracy evidence (own_accuracy) fails any of `gates` (True), passes
+    them all (False), or does not say (None: one is not measured)."""
+    mine = {g.gate: g.status for g in judged if g.gate in gates}
+    if "fail" in mine.values():
+        return True
+    return False if set(mine) >= set(gates) else None
+
+
+def nearest_passed(space: SearchSpace, values: dict[str, Scalar], gates: list[str],
+                   trials: list[TrialResult]) -> tuple[TrialResult, dict[str, Scalar]] | None:
+    """The trial that passed `gates` (the ones the class failed) on its own evidence, fewest values
+    apart from the failed class `values` (earliest on ties), and the failed class's values where
+    the two differ."""
+    passed = [t for t in trials if failed_on(own_accuracy(t), gates) is False]
+    if not passed:
+        return None
+    nearest = min(passed, key=lambda t: (len(_apart(values, numerics_class(space, t.candidate))), t.number))
+    return nearest, _apart(values, numerics_class(space, nearest.candidate))
+
+
+def worth_isolating(space: SearchSpace, differing: dict[str, Scalar], untried: list[Candidate]) -> list[dict[str, Scalar]]:
+    """The failed class's single values worth a launch on the passed class: each that untried
+    candidates (outside the failed class) hold, the most held first. None where one value differs
+    or where no untried candidate would be kept from launching."""
+    if len(differing) < 2:
+        return []
+    held = {k: sum(1 for c in untried if knob_values(space, c).get(k) == v) for k, v in differing.items()}
+    return [{k: differing[k]} for k in sorted(held, key=lambda k: -held[k]) if held[k] > 0]
+
+
+def judged_by_trial(space: SearchSpace, values: dict[str, Scalar], gates: list[str],
+                    trials: list[TrialResult]) -> ClassAttempt | None:
+    """An attempt a trial of the study already answers: it holds the class `values` and its own
+    evidence says whether `gates` fail."""
+    for trial in trials:
+        failed = failed_on(own_accuracy(trial), gates)
+        if failed is not None and numerics_class(space, trial.candidate) == values:
+            return ClassAttempt(values=values, failed=failed, trial=trial.number,
+                                evidence=[f"{g.gate}: {g.detail}" for g in own_accuracy(trial)])
+    return None
+
+
+def widen(space: SearchSpace, found: dict[str, Scalar], full_class: dict[str, Scalar], gates: list[str],
+          trials: list[TrialResult]) -> tuple[dict[str, Scalar], list[int]]:
+    """Add the failed class's values until no trial that passed `gates` holds them all."""
+    values, refuting = dict(found), []
+    for trial in trials:
+        theirs = numerics_class(space, trial.candidate)
+        if failed_on(own_accuracy(trial), gates) is False and all(theirs.get(k) == v for k, v in values.items()):
+            values.update(_apart(full_class, theirs))
+            refuting.append(trial.number)
+    return dict(sorted(values.items())), refuting

@@ -558,6 +558,12 @@ class Store:
                "result": failure.model_dump_json(), "created_at": failure.created_at}
         return failure.model_copy(update={"id": self.db["accuracy_failures"].insert(row).last_pk})
 
+    def update_accuracy_failure(self, failure: AccuracyFailure) -> AccuracyFailure:
+        """Store what isolating a failed class narrowed it to (same row)."""
+        self.db["accuracy_failures"].update(failure.id, {
+            "knob_values": json.dumps(failure.knob_values, sort_keys=True), "result": failure.model_dump_json()})
+        return failure
+
     def accuracy_failures(self, study: str) -> list[AccuracyFailure]:
         """The numerics classes that failed accuracy in this study, in the order they were learned."""
         rows = self.db["accuracy_failures"].rows_where("study = ?", [study], order_by="id")

@@ -38,11 +38,13 @@ from autotune.errors import NoValidCandidate
 from autotune.launchers.base import free_port
 from autotune.learning import learn_from_failure, shared_cause
 from autotune.models import (
-    AccuracyFailure, Candidate, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+    AccuracyFailure, Candidate, ClassAttempt, ClassIsolation, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.noise import LaunchNoise
 from autotune.numerics import (
-    ClassStatus, class_status, class_status_of_trial, failed_class, failure_of, knob_values, numerics_class, skip_reason,
+    MAX_ISOLATION_LAUNCHES, ClassStatus, class_status, class_status_of_trial, failed_class, failed_on, failure_of,
+    judged_by_trial,
+    knob_values, nearest_passed, numerics_class, own_accuracy, skip_reason, widen, worth_isolating,
 )
 from autotune.relaunch_cost import gates_relaunch_s
 from autotune.score import constraint_values, evaluate_gates, rank
@@ -327,8 +329,65 @@ class Tuner:
         failure = failure_of(self.ctx.space, result, outcome_of(self.store, self.ctx.study).trials)
         if failure is None:
             return
-        self.accuracy_failures.append(self.store.add_accuracy_failure(failure))
+        failure = self.store.add_accuracy_failure(failure)
+        self.accuracy_failures.append(failure)
         self.reporter.learned(f"learned: {skip_reason(failure)}; its candidates are not launched again")
+        if failure.differs_from is None:
+            self._isolate_class(failure)
+
+    def _isolate_class(self, failure: AccuracyFailure) -> None:
+        """Narrow a failed class to the values that fail alone, where that saves launches
+        (autotune.numerics): each attempt puts one failed value on the nearest passed class."""
+        space, trials = self.ctx.space, self.store.trials(self.ctx.study)
+        start = nearest_passed(space, failure.knob_values, failure.gates, trials)
+        if start is None:
+            return
+        passed, differing = start
+        attempts: list[ClassAttempt] = []
+        found = None
+        for values in worth_isolating(space, differing, self._untried_feasible()):
+            tried = {**numerics_class(space, passed.candidate), **values}
+            attempt = judged_by_trial(space, tried, failure.gates, trials)
+            if attempt is None:
+                if sum(1 for a in attempts if a.trial is None) >= MAX_ISOLATION_LAUNCHES:
+                    break
+                if self.budget.refusal(typical_trial_s(trials), "a class isolation launch"):
+                    break
+                attempt = self._gate_alone(passed, values, failure, len(attempts) + 1)
+            attempts.append(attempt.model_copy(update={"values": values}))
+            if attempt.failed:
+                found = values
+                break
+        if not attempts:
+            return
+        launches = sum(1 for a in attempts if a.trial is None)
+        record = {"full_class": failure.knob_values, "nearest_trial": passed.number, "differing": differing,
+                  "attempts": attempts, "launches": launches, "seconds": round(sum(a.duration_s for a in attempts), 1)}
+        update: dict = {}
+        if found is None:
+            update["isolation"] = ClassIsolation(**record, verdict="no single value failed alone: the class stays whole")
+        else:
+            values, refuting = widen(space, found, failure.knob_values, failure.gates, self.store.trials(self.ctx.study))
+            label = ", ".join(f"{k}={v}" for k, v in values.items())
+            verdict = f"{label} fails alone" + (f" (widened by trial(s) {', '.join(map(str, refuting))})" if refuting else "")
+            update = {"knob_values": values, "isolation": ClassIsolation(**record, widened_by=refuting, verdict=verdict)}
+        isolated = self.store.update_accuracy_failure(failure.model_copy(update=update))
+        self.accuracy_failures = [isolated if f.id == failure.id else f for f in self.accuracy_failures]
+        self.reporter.learned(f"isolated {failure.label()}: {isolated.isolation.summary()}")
+
+    def _gate_alone(self, passed: TrialResult, values: dict[str, Scalar], failure: AccuracyFailure,
+                    step: int) -> ClassAttempt:
+        """Launch the passed trial's candidate with `values` put on it and judge its accuracy gates."""
+        candidate = make_candidate(self.ctx.space, {**self._knob_values(passed.candidate), **values})
+        logs = self.ctx.logs_dir / "class-isolation" / f"{failure.trial:03d}-{step}"
+        ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
+        self.reporter.relaunch_started(f"isolating class of trial {failure.trial}: {candidate.label()}")
+        result = self.launch(ctx, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
+        gates = evaluate_gates(result, reference_of(self.store, self.ctx.study), self.ctx.space.gates)
+        judged = own_accuracy(result, gates)
+        failed = failed_on(judged, failure.gates) is True
+        evidence = [f"{g.gate}: {g.detail}" for g in judged] or [f"the launch failed: {result.reason}"]
+        return ClassAttempt(values=values, failed=failed, duration_s=round(result.duration_s, 1), evidence=evidence)
 
     def _open(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -138,3 +138,89 @@ def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches
     verdict = recipe_verdict(store.study_space("s"), outcome, outcome.best)
     assert [f.failure.knob_values for f in verdict.accuracy_failures] == [{"type_k": "q4_0"}]
     assert summary.launches_saved <= 3  # the q4_0 candidates left after the first: each counted once
+
+
+SPACE_KV = """name: classes-kv
+engine: llamacpp
+model: {{name: m, path: {model}, context_max: 2048}}
+knobs:
+  - {{name: type_k, values: [f16, q4_0], default: f16}}
+  - {{name: type_v, values: [f16, q8_0], default: f16}}
+  - {{name: n_threads, values: [1, 2], default: 1, numerics_class: false}}
+  - {{name: draft_k, values: [0, 4], default: 0, numerics_class: false}}
+gates:
+  needle: {{lengths_tokens: [512], depths: [0.5]}}
+  qeval: {{tasks: 20}}
+"""
+
+
+class KvEngine(Engine):
+    """q4_0 K loses qeval whatever the V type; q8_0 V alone is fine and a little faster."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logs: list[str] = []
+
+    def __call__(self, ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
+        self.logs.append(str(ctx.logs_dir))
+        result = super().__call__(ctx, candidate, number, events, dominated, reuse)
+        if candidate.params["type_v"] == "q8_0" and result.objective:
+            result = result.model_copy(update={"objective": result.objective * 1.1, "score": result.objective * 1.1})
+        return result
+
+
+def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alone(tmp_path, monkeypatch):
+    """The first 4-bit-K trial also has q8_0 V, two values apart from the baseline's class: one
+    launch of the baseline with q4_0 K alone fails qeval too, so type_k=q4_0 is what is learned, and
+    no q4_0 K + f16 V candidate is launched as a trial. Before: the class stayed {q4_0, q8_0} and
+    the q4_0 K + f16 V class was launched (and failed) in a trial of its own."""
+    pytest.importorskip("llama_cpp")
+    from autotune import search, study
+    from autotune.store import Store
+
+    engine = KvEngine()
+    monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=engine))
+    plan = stand_in_plan(tmp_path, SPACE_KV, accuracy=True,
+                         tries=["type_k=q4_0,type_v=q8_0,n_threads=1,draft_k=0"])
+    outcome = search.run(plan, trials=12, confirm_rounds=0, noise_relaunches=0)
+    store = Store(tmp_path / "runs.db")
+    [failure] = store.accuracy_failures("s")
+    assert failure.knob_values == {"type_k": "q4_0"}, failure
+    iso = failure.isolation
+    assert iso is not None and iso.launches == 1 and iso.full_class == {"type_k": "q4_0", "type_v": "q8_0"}
+    assert iso.attempts[0].values == {"type_k": "q4_0"} and iso.attempts[0].failed and iso.nearest_trial == 0
+    trials_q4 = [t for t in outcome.trials if t.status == "ok" and t.candidate.params["type_k"] == "q4_0"]
+    assert [t.candidate.params["type_v"] for t in trials_q4] == ["q8_0"], trials_q4
+    isolation_launches = [log for log in engine.logs if "class-isolation" in log]
+    assert len(isolation_launches) == 1
+    skipped = [t for t in outcome.trials if t.status == "skipped" and "type_k=q4_0" in (t.reason or "")]
+    assert any(t.candidate.params["type_v"] == "f16" for t in skipped) or len(outcome.trials) < 12
+    assert outcome.best is not None and outcome.best.candidate.params["type_k"] == "f16" and outcome.best.feasible
+    [summary] = outcome.failed_classes()
+    assert "isolated: type_k=q4_0 fails alone (against trial 0; 1 launch" in summary.describe()
+
+
+def test_isolation_spends_no_launch_where_a_trial_already_judged_the_reduced_class(tmp_path):
+    from autotune.models import GateOutcome, Gates, KnobSpec, SearchSpace
+    from autotune.numerics import judged_by_trial, nearest_passed, widen, worth_isolating
+
+    def trial(number, k, v, status):
+        gates = [GateOutcome(gate=g, status=status, detail=g) for g in ("needle", "qeval")]
+        return TrialResult(study="s", number=number, candidate=Candidate(engine="llamacpp", params={"type_k": k, "type_v": v}),
+                           status="ok", objective=1.0, score=1.0, gates=gates, needle=NEEDLE)
+
+    space = SearchSpace.model_validate({
+        "name": "s", "engine": "llamacpp", "model": {"name": "m", "path": "m.gguf", "context_max": 2048},
+        "knobs": [{"name": "type_k", "values": ["f16", "q4_0"], "default": "f16"},
+                  {"name": "type_v", "values": ["f16", "q8_0"], "default": "f16"}],
+        "gates": Gates(needle={"lengths_tokens": [512], "depths": [0.5]}, qeval={"tasks": 20}).model_dump()})
+    trials = [trial(0, "f16", "f16", "pass"), trial(1, "q4_0", "q8_0", "fail"), trial(2, "q4_0", "f16", "pass")]
+    gates = ["qeval"]
+    passed, differing = nearest_passed(space, {"type_k": "q4_0", "type_v": "q8_0"}, gates, trials)
+    assert passed.number == 2 and differing == {"type_v": "q8_0"}  # one value apart: nothing to isolate
+    assert worth_isolating(space, differing, []) == []
+    attempt = judged_by_trial(space, {"type_k": "q4_0", "type_v": "f16"}, gates, trials)
+    assert attempt is not None and attempt.trial == 2 and not attempt.failed
+    # a passed trial that holds the isolated value widens it back to what it does not hold
+    assert widen(space, {"type_k": "q4_0"}, {"type_k": "q4_0", "type_v": "q8_0"}, gates, trials) == (
+        {"type_k": "q4_0", "type_v": "q8_0"}, [2])
