@@ -27,7 +27,10 @@ def parser():
         from vllm.platforms.cpu import CpuPlatform
 
         platforms._current_platform = CpuPlatform()
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.33
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # 0.26
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     return make_arg_parser(FlexibleArgumentParser())

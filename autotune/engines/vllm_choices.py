@@ -1,0 +1,105 @@
+"""What the installed vLLM accepts, read from the engine itself rather than from a list written
+for one version: every `vllm serve` flag with its choices and default (its own argparse parser),
+and the registries behind the knobs a space tunes (attention, MoE and linear backends, KV-cache
+dtypes, quantization and speculative methods).
+
+`DUMP` runs in the engine's Python (a subprocess: vLLM imports torch and CUDA); `python -m
+autotune.engines.vllm_choices` prints the same JSON, which is how the recorded dumps under
+tests/data/ were made on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Imports only what both 0.26 and 0.33 hold at the same place; a registry a version lacks is [].
+DUMP = r'''
+import argparse, enum, json, typing
+import vllm
+
+def literal(module, name):
+    try:
+        mod = __import__(module, fromlist=[name])
+        return sorted(str(v) for v in typing.get_args(getattr(mod, name)))
+    except (ImportError, AttributeError):
+        return []
+
+def plain(value):
+    if isinstance(value, enum.Enum):
+        return value.name
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+from vllm.entrypoints.cli.serve import ServeSubcommand
+top = argparse.ArgumentParser()
+serve = ServeSubcommand().subparser_init(top.add_subparsers())
+flags = {}
+for action in serve._actions:
+    longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+    if not longs:
+        continue
+    choices = sorted(str(plain(c)) for c in action.choices) if action.choices else None
+    flags[longs[0]] = {"choices": choices, "default": plain(action.default)}
+
+try:
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    backends = [b.name for b in AttentionBackendEnum if b.name != "CUSTOM"]
+except ImportError:
+    backends = []
+try:
+    from vllm.model_executor.layers.quantization import DEPRECATED_QUANTIZATION_METHODS as deprecated
+except ImportError:
+    deprecated = []
+print(json.dumps({
+    "version": vllm.__version__,
+    "flags": flags,
+    "attention_backends": sorted(backends),
+    "kv_cache_dtypes": literal("vllm.config.cache", "CacheDType"),
+    "quantization_methods": literal("vllm.model_executor.layers.quantization", "QuantizationMethods"),
+    "deprecated_quantization_methods": sorted(deprecated),
+    "speculative_methods": literal("vllm.config.speculative", "SpeculativeMethod"),
+    "moe_backends": literal("vllm.config.kernel", "MoEBackend"),
+    "linear_backends": literal("vllm.config.kernel", "LinearBackend"),
+}, sort_keys=True))
+'''
+
+
+class FlagChoices(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    choices: list[str] | None = Field(None, description="the values argparse accepts; None: any")
+    default: bool | int | float | str | None = None
+
+
+class EngineChoices(BaseModel):
+    """One vLLM version's accepted values, as its own code states them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str
+    flags: dict[str, FlagChoices] = Field(description="`--flag` -> its choices and default")
+    attention_backends: list[str]
+    kv_cache_dtypes: list[str]
+    quantization_methods: list[str]
+    deprecated_quantization_methods: list[str] = Field(default_factory=list)
+    speculative_methods: list[str]
+    moe_backends: list[str]
+    linear_backends: list[str]
+
+
+def read_choices(python: str = sys.executable, timeout_s: float = 180.0) -> EngineChoices:
+    """Ask the vLLM importable by `python` what it accepts (imports torch: tens of seconds)."""
+    done = subprocess.run([python, "-c", DUMP], capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"reading vLLM's choices failed (exit {done.returncode}): {tail}")
+    return EngineChoices.model_validate(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+if __name__ == "__main__":
+    print(read_choices().model_dump_json(indent=1))
