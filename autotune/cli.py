@@ -15,7 +15,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from autotune import __version__, report
+from autotune import __version__
+from autotune.output import terminal
 from autotune.errors import AutotuneError, ConfigError
 
 app = typer.Typer(
@@ -142,7 +143,7 @@ def search(
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
     owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
-    from autotune import search as search_lib
+    from autotune.commands import search as search_lib
 
     plan = search_lib.prepare(
         space_name=_chosen_space(space, hardware, nodes),
@@ -159,9 +160,9 @@ def search(
         launcher=launcher,
     )
     if dry_run:
-        report.print_dry_run(console, plan)
+        terminal.print_dry_run(console, plan)
         return
-    reporter = report.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
+    reporter = terminal.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
     try:
         outcome = search_lib.run(
             plan,
@@ -183,7 +184,7 @@ def search(
         )
     finally:
         reporter.close()
-    report.print_outcome(console, plan, outcome)
+    terminal.print_outcome(console, plan, outcome)
 
 
 @app.command()
@@ -193,8 +194,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Print the trials of a study from runs.db (the newest study by default)."""
-    from autotune import learning
-    from autotune import search as search_lib
+    from autotune.failures import learning
+    from autotune.commands import search as search_lib
 
     store = search_lib.open_store(db, must_exist=True)
     name = search_lib.pick_study(store, study)
@@ -202,13 +203,13 @@ def show(
     if as_json:
         console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
         return
-    report.print_trials(console, outcome)
-    report.print_phases(console, outcome)
+    terminal.print_trials(console, outcome)
+    terminal.print_phases(console, outcome)
     for attempt in search_lib.open_attempts(store, name):
         console.print(attempt.describe(), markup=False, highlight=False)
-    report.print_learned(console, learning.learned_in_study(store, name))
-    report.print_isolations(console, learning.isolations(store, name))
-    report.print_best(console, outcome)
+    terminal.print_learned(console, learning.learned_in_study(store, name))
+    terminal.print_isolations(console, learning.isolations(store, name))
+    terminal.print_best(console, outcome)
 
 
 @app.command()
@@ -243,9 +244,9 @@ def export(
     nodes: NodesOption = None,
 ) -> None:
     """Write the winning (or a chosen) trial as a recipe: YAML, a shell script or docker lines."""
-    from autotune import launch_formats
-    from autotune import search as search_lib
-    from autotune.recipe import from_yaml
+    from autotune.output import launch_formats
+    from autotune.commands import search as search_lib
+    from autotune.output.recipe import from_yaml
 
     if fmt not in launch_formats.FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; use one of {', '.join(launch_formats.FORMATS)}")
@@ -281,8 +282,8 @@ def report_html(
     output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path("report.html"),
 ) -> None:
     """Write a study as one self-contained HTML report (plots, trials, probes, recipe; no network needed)."""
-    from autotune import html_report
-    from autotune import search as search_lib
+    from autotune.output import html as html_report
+    from autotune.commands import search as search_lib
 
     store = search_lib.open_store(db, must_exist=True)
     name = search_lib.pick_study(store, study)
@@ -305,14 +306,14 @@ def probe(
     ] = 480.0,
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
-    from autotune import probing
+    from autotune.commands import probe as probing
 
     if classify is not None:
         found = probing.classify_log(classify)
         if as_json:
             console.print_json(json.dumps(found.model_dump(mode="json") if found else None))
         else:
-            report.print_classification(console, classify, found)
+            terminal.print_classification(console, classify, found)
         return
     result = probing.probe(
         db_path=db,
@@ -326,7 +327,7 @@ def probe(
     if as_json:
         console.print_json(result.model_dump_json())
     else:
-        report.print_probe(console, result)
+        terminal.print_probe(console, result)
 
 
 @app.command()
@@ -345,13 +346,13 @@ def plan(
     commands and environment per node (placeholder hosts without --cluster); launches nothing.
     Planning for this host's own hardware, candidates its stored probes (runs.db) show failing are
     dropped with the reason."""
-    from autotune import search as search_lib
+    from autotune.commands import search as search_lib
 
     report_ = search_lib.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)
     if as_json:
         console.print_json(report_.model_dump_json())
     else:
-        report.print_plan(console, report_)
+        terminal.print_plan(console, report_)
 
 
 @space_app.command("new")
@@ -367,7 +368,7 @@ def space_new(
     It holds the architecture facts, the knobs that apply to it, the checkpoint's quantization, the
     memory fit on the hardware and (Spark) seed-recipe fixed settings, and is validated as `search`
     loads a space. Downloads nothing: the config must be on disk."""
-    from autotune.space_from_config import new_space, write_space
+    from autotune.space.from_config import new_space, write_space
 
     made = new_space(model, hardware, nodes, name)
     write_space(made, output)
@@ -383,7 +384,7 @@ def space_new(
 
 def _chosen_space(space: str | None, hardware: str | None, nodes: int | None) -> str:
     """The space named, or the one picked for --hardware/--nodes, saying which on stderr."""
-    from autotune.space_choice import choose_space
+    from autotune.space.choice import choose_space
 
     choice = choose_space(space, hardware, nodes)
     if choice.note:

@@ -832,7 +832,7 @@ class AccuracyFailure(Record):
         None, description="where one knob value alone separates it from a class that passed: that value and the trial"
     )
     isolation: ClassIsolation | None = Field(
-        None, description="the launches that narrowed knob_values to the values that fail alone (autotune.numerics)"
+        None, description="the launches that narrowed knob_values to the values that fail alone (autotune.gates.numerics)"
     )
     created_at: str = Field(default_factory=utc_now)
 

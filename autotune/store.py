@@ -40,7 +40,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
-from autotune.noise import LaunchNoise, pooled
+from autotune.verdict.noise import LaunchNoise, pooled
 
 MIGRATIONS = Migrations("autotune")
 BUSY_TIMEOUT_S = 60.0

@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import search  # noqa: E402
-from autotune.confirm import confirm  # noqa: E402
+from autotune.verdict.confirm import confirm  # noqa: E402
 from autotune.launchers.base import free_port  # noqa: E402
-from autotune.model_files import resolve_model  # noqa: E402
-from autotune.space import load_space  # noqa: E402
+from autotune.model.files import resolve_model  # noqa: E402
+from autotune.space.candidates import load_space  # noqa: E402
 
 SPACE = """
 name: aa-check

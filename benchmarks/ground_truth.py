@@ -6,7 +6,7 @@
         --space-file benchmarks/spaces/SPACE.yaml   # needed where the model is a shape directory
     python benchmarks/ground_truth.py restore benchmarks/data/FILE.json --space SPACE.yaml --db NEW.db
 
-`measure` runs the study machinery itself (autotune.search `prepare` / `run`): one throughput-only
+`measure` runs the study machinery itself (autotune.commands.search `prepare` / `run`): one throughput-only
 study per launch repeat (`<space>-launch1`, `-launch2`, ...), each with the whole grid queued in
 grid order, and one accuracy study (`<space>-accuracy`, gates on) over one candidate per numerics
 class plus the `--neutral-checks` candidates that differ from a measured one only in a knob
@@ -39,16 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic import BaseModel, ValidationError
 
-from autotune import search
+from autotune.commands import search
 from autotune.bench.throughput import MeasurementFailed, objective_value
-from autotune.device import detect
+from autotune.hardware.device import detect
 from autotune.errors import ConfigError
-from autotune.hardware import resolve_hardware
+from autotune.hardware.profiles import resolve_hardware
 from autotune.models import Candidate, HardwareProfile, HostFingerprint, Measurement, SearchSpace, TrialResult, utc_now
-from autotune.space import baseline, enumerate_candidates, load_space
-from autotune.space_fingerprint import changes, fingerprint
+from autotune.space.candidates import baseline, enumerate_candidates, load_space
+from autotune.space.fingerprint import changes, fingerprint
 from autotune.store import Store
-from autotune.study import restore_trials
+from autotune.study.tuner import restore_trials
 
 #: knobs whose values change the engine's arithmetic (hence greedy output) on llama.cpp
 NUMERICS_KNOBS = ("type_k", "type_v", "flash_attn", "draft_k")

@@ -57,18 +57,18 @@ import optuna
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.throughput import objective_value
-from autotune.dominated import DominatedCheck
+from autotune.gates.dominated import DominatedCheck
 from autotune.engines import get_engine
-from autotune.hardware import resolve_hardware
+from autotune.hardware.profiles import resolve_hardware
 from autotune.models import Candidate, FailureInfo, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
-from autotune.noise import pooled
-from autotune.planner import estimate, fits_check
-from autotune.score import evaluate_gates
-from autotune.search import launchable, planner_order
-from autotune.space import Pruner, baseline, enumerate_candidates, needle_check, probes_check
+from autotune.verdict.noise import pooled
+from autotune.planner.roofline import estimate, fits_check
+from autotune.gates.score import evaluate_gates
+from autotune.commands.search import launchable, planner_order
+from autotune.space.candidates import Pruner, baseline, enumerate_candidates, needle_check, probes_check
 from autotune.store import Store
-from autotune.study import SilentReporter, Tuner
-from autotune.trial import TrialContext
+from autotune.study.tuner import SilentReporter, Tuner
+from autotune.trial.run import TrialContext
 from ground_truth import machine_fit
 
 STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
@@ -132,7 +132,7 @@ class Table:
         return tied
 
     def set_numerics_class(self, knobs: list[str] | None) -> None:
-        """Replay with only `knobs` in the numerics class (autotune.numerics; None: as the table's space
+        """Replay with only `knobs` in the numerics class (autotune.gates.numerics; None: as the table's space
         marks them): the others get `numerics_class: false`, as the shipped space marks threads."""
         if knobs is None:
             return

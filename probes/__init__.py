@@ -2,7 +2,7 @@
 
 `python -m probes.kernels NAME`, `python -m probes.llamacpp_features ...`, the vLLM selector
 (`probes.vllm_features`) and `python -m probes.tiny_models ...` are started by autotune's probe
-runner (autotune/probe_runner.py), never imported by it: a GPU fault poisons only the probe's own
+runner (autotune/probe/runner.py), never imported by it: a GPU fault poisons only the probe's own
 process. Heavy imports (torch, triton, vllm, llama_cpp) happen only inside these processes. A probe
 prints its result with `emit`, as the last line on stdout.
 """

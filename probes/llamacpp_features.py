@@ -3,7 +3,7 @@
 `python -m probes.llamacpp_features --model FILE --type-k q8_0 --type-v q8_0 --flash-attn on`
 creates a real llama.cpp context (through llama-cpp-python) with those settings, generates
 greedily for fixed prompts and prints a ProbeResult whose evidence is the token ids, texts and
-timings (JSON). The parent (autotune/feature_probes/llamacpp.py) judges them against the f16/f16
+timings (JSON). The parent (autotune/probe/features/llamacpp.py) judges them against the f16/f16
 reference run. The prompts have one obvious continuation (counting, the days of the week), so
 quantized KV (even q4_0) keeps them, while open prompts would flip near-tied tokens and fail
 configurations that work. Garbage output from a broken kernel does not keep them.

@@ -5,7 +5,7 @@ backend's validation, the FlashAttention version logic, the quantization methods
 capability and the --moe-backend choices on this GPU host, for the request's head_dim and dtype,
 and prints them as one JSON line that starts with the request's `mark`. "works" means "vLLM's code
 accepts it" (evidence starts with "selector:"); a refusal is "fails" because vLLM raises the same
-error at launch. The parent side (the request, the launches) is autotune/feature_probes/vllm.py.
+error at launch. The parent side (the request, the launches) is autotune/probe/features/vllm.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from autotune.signatures import classify
+from autotune.failures.signatures import classify
 
 
 def selector_main(request_json: str) -> None:

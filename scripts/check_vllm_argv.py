@@ -38,7 +38,7 @@ def parser():
 
 def main(spaces: list[str]) -> int:
     from autotune.engines.vllm import VllmEngine
-    from autotune.space import enumerate_candidates, load_space
+    from autotune.space.candidates import enumerate_candidates, load_space
 
     engine = VllmEngine()
     p = parser()

@@ -9,7 +9,7 @@ from pathlib import Path
 def stand_in_plan(tmp_path: Path, space_template: str, *, accuracy: bool, tries: list[str] | None = None):
     """The study 's' in tmp_path/runs.db of the space `space_template` (a str.format template with
     {model}); patch search.Tuner / confirm.run_trial before running it."""
-    from autotune import search
+    from autotune.commands import search
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

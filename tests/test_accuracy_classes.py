@@ -1,4 +1,4 @@
-"""Accuracy that steers the search (autotune.numerics): a stand-in engine whose 4-bit-K candidates
+"""Accuracy that steers the search (autotune.gates.numerics): a stand-in engine whose 4-bit-K candidates
 are the fastest and fail qeval. Before, with gates at the end, every one of them was launched and
 deferred its gates, and the study learned they fail only at the end, walking down the ranking; now
 the first of them that would lead runs its gates at once, its numerics class is learned as failed,
@@ -68,11 +68,13 @@ class Engine:
 
 def _study(tmp_path, monkeypatch, trials: int = 8):
     pytest.importorskip("llama_cpp")
-    from autotune import deferred, search, study
+    from autotune.gates import deferred
+    from autotune.commands import search
+    from autotune.study import tuner
     from autotune.store import Store
 
     engine = Engine()
-    monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=engine))
+    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=engine))
     plan = stand_in_plan(tmp_path, SPACE, accuracy=True)
     assert plan.ctx.engine.gates_at_end  # llama.cpp's default: a faster trial defers its gates
     outcome = search.run(plan, trials=trials, confirm_rounds=0, noise_relaunches=0)
@@ -99,7 +101,7 @@ def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_rel
     """A q4_0 trial measured (gates deferred) before its class failed elsewhere fails the class
     gate: it cannot rank, and the walk at the end never relaunches it."""
     from autotune.models import AccuracyFailure, GateOutcome
-    from autotune.numerics import GATE, class_gate
+    from autotune.gates.numerics import GATE, class_gate
     from autotune.models import Gates
 
     failure = AccuracyFailure(study="s", trial=3, knob_values={"type_k": "q4_0"}, gates=["qeval"],
@@ -113,7 +115,7 @@ def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_rel
     assert class_gate(deferred_trial, passed, Gates(), [failure]) is None  # its own evidence stands
     other = deferred_trial.model_copy(update={"candidate": Candidate(engine="llamacpp", params={"type_k": "f16"})})
     assert class_gate(other, unchecked, Gates(), [failure]) is None
-    from autotune.deferred import pending
+    from autotune.gates.deferred import pending
 
     assert not pending(deferred_trial.model_copy(update={"gates": [*unchecked, gate]}))
     assert pending(deferred_trial.model_copy(update={"gates": unchecked}))
@@ -122,8 +124,8 @@ def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_rel
 def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches_saved(tmp_path, monkeypatch, capsys):
     from rich.console import Console
 
-    from autotune.html_report import verdict_section
-    from autotune.report import print_best
+    from autotune.output.html import verdict_section
+    from autotune.output.terminal import print_best
 
     outcome, _, store, _ = _study(tmp_path, monkeypatch)
     [summary] = outcome.failed_classes()
@@ -133,7 +135,7 @@ def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches
     shown = console.export_text()
     assert "failed accuracy" in shown and "type_k=q4_0" in shown and "launch(es) saved" in shown
     assert "type_k=q4_0" in verdict_section(outcome)
-    from autotune.search import recipe_verdict
+    from autotune.commands.search import recipe_verdict
 
     verdict = recipe_verdict(store.study_space("s"), outcome, outcome.best)
     assert [f.failure.knob_values for f in verdict.accuracy_failures] == [{"type_k": "q4_0"}]
@@ -175,11 +177,12 @@ def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alo
     no q4_0 K + f16 V candidate is launched as a trial. Before: the class stayed {q4_0, q8_0} and
     the q4_0 K + f16 V class was launched (and failed) in a trial of its own."""
     pytest.importorskip("llama_cpp")
-    from autotune import search, study
+    from autotune.commands import search
+    from autotune.study import tuner
     from autotune.store import Store
 
     engine = KvEngine()
-    monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=engine))
+    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=engine))
     plan = stand_in_plan(tmp_path, SPACE_KV, accuracy=True,
                          tries=["type_k=q4_0,type_v=q8_0,n_threads=1,draft_k=0"])
     outcome = search.run(plan, trials=12, confirm_rounds=0, noise_relaunches=0)
@@ -201,8 +204,8 @@ def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alo
 
 
 def test_isolation_spends_no_launch_where_a_trial_already_judged_the_reduced_class(tmp_path):
-    from autotune.models import GateOutcome, Gates, KnobSpec, SearchSpace
-    from autotune.numerics import judged_by_trial, nearest_passed, widen, worth_isolating
+    from autotune.models import GateOutcome, Gates, SearchSpace
+    from autotune.gates.numerics import judged_by_trial, nearest_passed, widen, worth_isolating
 
     def trial(number, k, v, status):
         gates = [GateOutcome(gate=g, status=status, detail=g) for g in ("needle", "qeval")]

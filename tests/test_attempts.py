@@ -51,8 +51,8 @@ def dead_pid() -> int:
 def test_resume_marks_what_a_killed_process_left_running(tmp_path, capsys):
     """runs.db as `kill -9` leaves it: Optuna trial RUNNING, an attempt row, no result."""
     pytest.importorskip("llama_cpp")
-    from autotune.search import prepare
-    from autotune.study import STATUS_ATTR, Tuner
+    from autotune.commands.search import prepare
+    from autotune.study.tuner import STATUS_ATTR, Tuner
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
@@ -67,7 +67,7 @@ def test_resume_marks_what_a_killed_process_left_running(tmp_path, capsys):
     store = plan.store
     opt = optuna.create_study(study_name="s", storage=store.optuna_storage(), direction="maximize")
     asked = opt.ask({"n_threads": CategoricalDistribution([1, 2])})
-    from autotune.space import make_candidate
+    from autotune.space.candidates import make_candidate
 
     candidate = make_candidate(plan.space, dict(asked.params))
     pid = dead_pid()

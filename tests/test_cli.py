@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.space import load_space
+from autotune.space.candidates import load_space
 
 GOOD = """
 name: tiny
@@ -209,7 +209,7 @@ def test_plan_drops_what_this_hosts_probes_show_failing(tmp_path, capsys):
 
     from autotune.engines import get_engine
     from autotune.models import ProbeResult
-    from autotune.device import detect, host_fingerprint
+    from autotune.hardware.device import detect, host_fingerprint
     from autotune.store import Store
 
     db = tmp_path / "runs.db"
@@ -321,7 +321,7 @@ def test_the_docker_extra_installs_what_ssh_needs():
 
 
 def test_changed_space_is_refused_saying_what_changed(tmp_path, db, capsys):
-    from autotune.search import prepare
+    from autotune.commands.search import prepare
     from autotune.store import Store
 
     path = space_file(tmp_path, GOOD)

@@ -49,7 +49,9 @@ class Sitting:
                            started_at=f"2026-12-03T00:00:{number:02d}+00:00")
 
     def run(self, *, trials: int, confirm_rounds: int, budget_s: float | None, tries: tuple[str, ...] = ("n_threads=2",)):
-        from autotune import confirm, search, study
+        from autotune.verdict import confirm
+        from autotune.commands import search
+        from autotune.study import tuner
         from autotune.store import Store
 
         self.clock = Clock()
@@ -65,8 +67,8 @@ class Sitting:
             value = SPEED[candidate.params["n_threads"]] * (1 + 0.01 * (-1) ** (round_ + number))
             return self._ok(ctx, candidate, number, value, {"start": 50.0, "warm-up": 5.0, "decode": 20.0, "teardown": 5.0})
 
-        self.monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=trial))
-        self.monkeypatch.setattr(search, "TimeBudget", functools.partial(study.TimeBudget, clock=self.clock))
+        self.monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=trial))
+        self.monkeypatch.setattr(search, "TimeBudget", functools.partial(tuner.TimeBudget, clock=self.clock))
         self.monkeypatch.setattr(confirm, "run_trial", relaunch)
         plan = stand_in_plan(self.tmp_path, SPACE, accuracy=False, tries=list(tries))
         outcome = search.run(plan, trials=trials, confirm_rounds=confirm_rounds, noise_relaunches=0,

@@ -1,4 +1,4 @@
-"""autotune.device.detect on this machine (no GPU), plus the torch path through a stand-in module.
+"""autotune.hardware.device.detect on this machine (no GPU), plus the torch path through a stand-in module.
 
 The stand-in `torch` below is a FAKE (no GPU can run in CI): a package put on PYTHONPATH that
 answers like torch 2.11 on a GB10, so the child-process JSON path and the unified-memory rule
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autotune.models import DeviceIdentity
-from autotune import device
-from autotune.device import detect
+from autotune.hardware import device
+from autotune.hardware.device import detect
 
 FAKE_GB10_TORCH = '''
 from types import SimpleNamespace

@@ -63,7 +63,7 @@ def test_module_entry_point_runs():
 def test_committed_recipes_are_what_export_writes():
     """docs/recipes/ holds recipes exported from real studies: each must still load into the Recipe
     model and render back byte for byte, so the schema and the examples cannot drift apart."""
-    from autotune.recipe import from_yaml, to_yaml
+    from autotune.output.recipe import from_yaml, to_yaml
 
     recipes = sorted((ROOT / "docs" / "recipes").glob("*.yaml"))
     assert recipes

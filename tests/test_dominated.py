@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from autotune.dominated import dominated_check
+from autotune.gates.dominated import dominated_check
 from autotune.models import Candidate, Gates, TrialResult
-from autotune.noise import LaunchNoise
-from autotune.score import evaluate_gates, rank, verdict
+from autotune.verdict.noise import LaunchNoise
+from autotune.gates.score import evaluate_gates, rank, verdict
 
 NOISE = LaunchNoise(sigma=0.05, df=10, groups=5, launches=15)  # two standard errors of a ratio: ~14 %
 
@@ -62,7 +62,7 @@ def test_inside_the_noise_is_said_apart_from_beyond_it():
 
 
 def test_the_sampler_is_not_told_that_skipped_gates_failed():
-    from autotune.score import constraint_values
+    from autotune.gates.score import constraint_values
 
     slow = _trial(2, 25.0, dominated="25.0 vs incumbent trial 1 40.0: x0.62; cannot rank first")
     judged = slow.model_copy(update={"gates": evaluate_gates(slow, _trial(0, 20.0), Gates())})
@@ -75,8 +75,8 @@ def test_the_sampler_is_not_told_that_skipped_gates_failed():
 def test_show_lists_a_dominated_trial_tied_with_the_best_and_says_its_gates_were_skipped():
     from rich.console import Console
 
-    from autotune.report import print_best
-    from autotune.study import StudyOutcome
+    from autotune.output.terminal import print_best
+    from autotune.study.tuner import StudyOutcome
 
     base = _trial(0, 20.0, gates=[])
     best = _trial(1, 40.0)

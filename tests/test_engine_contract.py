@@ -15,10 +15,10 @@ import pytest
 
 from autotune.engines import ENGINES, Engine, Knobs, ProbeRequest, get_engine
 from autotune.errors import ConfigError, EngineUnavailable
-from autotune.hardware import get_profile
+from autotune.hardware.profiles import get_profile
 from autotune.models import Candidate, KnobSpec, ModelSpec, SearchSpace
-from autotune.planner import SPEC_PRIORS, estimate
-from autotune.space import context_tokens
+from autotune.planner.roofline import SPEC_PRIORS, estimate
+from autotune.space.candidates import context_tokens
 
 MODEL = ModelSpec(
     name="tiny", path="/models/tiny", params_total_b=0.27, weight_bits=4.5, n_layers=18, hidden_size=640,

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from autotune.cli import main
-from autotune.recipe import WAIT_FOR_RAY_NODES
+from autotune.output.recipe import WAIT_FOR_RAY_NODES
 from real_study import real_study
 
 SPARK4 = ["--predicted", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "4"]

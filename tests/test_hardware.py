@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.hardware import (
+from autotune.hardware.profiles import (
     GIB_IN_GB,
     get_profile,
     load_profiles,

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from autotune.cli import main
-from autotune.html_report import COLORS, accuracy_of
+from autotune.output.html import COLORS, accuracy_of
 from autotune.store import Store
 from chromium import dump_dom, screenshot
 from real_study import real_study
@@ -114,7 +114,7 @@ def test_report_of_a_missing_study_is_bad_input(tmp_path, capsys):
 def test_the_planner_section_sets_its_single_stream_prediction_against_single_stream_decode():
     # The planner predicts decode at one stream. With an 8-stream objective the trial's objective is
     # a wave's aggregate tok/s; "measured / predicted" must not divide that by a one-stream number.
-    from autotune.html_report import predicted_figure, predicted_rows
+    from autotune.output.html import predicted_figure, predicted_rows
     from autotune.models import Candidate, Measurement, TrialResult
 
     trial = TrialResult(

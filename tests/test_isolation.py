@@ -1,4 +1,4 @@
-"""Isolating the knob that broke (autotune/isolation.py) and what a failure teaches (learning.py).
+"""Isolating the knob that broke (autotune/failures/isolation.py) and what a failure teaches (learning.py).
 
 The delta-debugging logic is tested with a scripted launch function (it stands in for the engine
 and says which candidates fail); the whole path — a real study, a real failure no signature
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.isolation import isolate, knob_diff, nearest_ran, reductions, widen
-from autotune.learning import blamed, isolations, learn_from_failure
+from autotune.failures.isolation import isolate, knob_diff, nearest_ran, reductions, widen
+from autotune.failures.learning import blamed, isolations, learn_from_failure
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
 from autotune.store import Store
 from gemma_space import GEMMA_ON_LLAMACPP
@@ -117,7 +117,7 @@ def test_blame_the_engines_selection_not_every_auto_candidate() -> None:
 def test_learning_a_selection_blame_prunes_the_steering_combination_only(tmp_path: Path) -> None:
     from autotune.engines import get_engine
     from autotune.models import ModelSpec, SearchSpace
-    from autotune.trial import TrialContext
+    from autotune.trial.run import TrialContext
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "vllm", "model": {"name": "m", "path": "m"},
@@ -147,10 +147,10 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
     flash attention and q8_0 V with it still run."""
     from autotune.engines import get_engine
     from autotune.models import ModelSpec, SearchSpace
-    from autotune.signatures import classify
-    from autotune.space import Pruner
-    from autotune.study import Tuner
-    from autotune.trial import TrialContext
+    from autotune.failures.signatures import classify
+    from autotune.space.candidates import Pruner
+    from autotune.study.tuner import Tuner
+    from autotune.trial.run import TrialContext
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "llamacpp", "model": {"name": "m", "path": "m"},
@@ -185,7 +185,7 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
         "autotune: q8_0 covered by the same signature as the failed q4_0 (every quantized type_v)")
     # the class is llama.cpp's own: every KV type the engine accepts but the float ones
     from autotune.engines.llamacpp import GGML_TYPES
-    from autotune.signatures import LLAMACPP_QUANTIZED_KV
+    from autotune.failures.signatures import LLAMACPP_QUANTIZED_KV
     assert LLAMACPP_QUANTIZED_KV == set(GGML_TYPES) - {"f32", "f16", "bf16"}
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.feature_probes.vllm import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
-from autotune.launch_order import (
+from autotune.probe.features.vllm import BACKENDS, DEFAULTS, KV_DTYPES, Combo, make_combos, plan_launches
+from autotune.probe.order import (
     ACCEPTED_UNCONFIRMED,
     BUDGET_USED_UP,
     IN_SPACE,

@@ -161,7 +161,7 @@ def test_ray_launch_on_two_daemons_sends_the_exact_container_config(daemons, tmp
     env = dict(item.split("=", 1) for item in head_body["Env"])
     assert env == {**head.env, "HF_TOKEN": SECRET}  # the secret passes through at create time only
     assert head_body["Labels"] == {
-        "autotune.study": "gemma-spark-x2", "autotune.trial": "7", "autotune.node": "0", "autotune.role": "head",
+        "autotune.study.tuner": "gemma-spark-x2", "autotune.trial.run": "7", "autotune.node": "0", "autotune.role": "head",
     }
     host = head_body["HostConfig"]
     assert host["NetworkMode"] == "host" and host["IpcMode"] == "host"
@@ -295,9 +295,9 @@ def test_cleanup_removes_only_the_labelled_leftovers(daemons):
     _, (node0, node1) = daemons
     client = docker_client(node0.base_url)
     for name, labels in (
-        ("left-1", {"autotune.study": "s", "autotune.trial": "1"}),
-        ("left-2", {"autotune.study": "s", "autotune.trial": "2"}),
-        ("someone-else", {"autotune.study": "other"}),
+        ("left-1", {"autotune.study.tuner": "s", "autotune.trial.run": "1"}),
+        ("left-2", {"autotune.study.tuner": "s", "autotune.trial.run": "2"}),
+        ("someone-else", {"autotune.study.tuner": "other"}),
     ):
         client.containers.create(IMAGE, ["x"], name=name, labels=labels).start()
     client.close()

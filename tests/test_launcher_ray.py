@@ -303,7 +303,7 @@ def test_ray_start_argv_for_a_local_stand_in_node(tmp_path):
 def test_a_cluster_file_of_one_gpu_raylets_sets_the_layout_not_the_profiles_gpu_count(tmp_path):
     # the two-GPU machine as two raylets of one GPU each (issue 16): the h200 profile says 8 GPUs
     # per node (an HGX board); the cluster file says 1, and the cluster is what the launch fills
-    from autotune import search
+    from autotune.commands import search
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(textwrap.dedent("""\

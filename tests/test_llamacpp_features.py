@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ModelNotFound
-from autotune.feature_probes.llamacpp import (
+from autotune.probe.features.llamacpp import (
     MATCH_TOKENS,
     REFERENCE,
     LlamaCppConfig,
@@ -17,7 +17,7 @@ from autotune.feature_probes.llamacpp import (
     probe_llamacpp,
 )
 from autotune.models import ProbeResult
-from autotune.signatures import GOLDEN_MISMATCH_MARKER
+from autotune.failures.signatures import GOLDEN_MISMATCH_MARKER
 
 
 @pytest.mark.engine
@@ -27,7 +27,7 @@ def test_real_subset(gemma_gguf: Path) -> None:
     draft = LlamaCppConfig(draft_k=2)
     results = probe_llamacpp(str(gemma_gguf), timeout_s=180, configs=[q4_v_no_fa, q8_fa, draft])
     by_feature = {r.feature: r for r in results}
-    # the reference first, then riskiest first (more non-default values; autotune/launch_order.py)
+    # the reference first, then riskiest first (more non-default values; autotune/probe/order.py)
     assert [r.feature for r in results] == [REFERENCE.feature, q8_fa.feature, q4_v_no_fa.feature, draft.feature]
 
     reference = by_feature["type_k=f16,type_v=f16,flash_attn=off"]

@@ -16,17 +16,17 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 
-from autotune import model_shapes as ms
-from autotune import planner_check as pc
+from autotune.model import shapes as ms
+from autotune.planner import check as pc
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.engines import vllm as V
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import ConfigError
-from autotune.model_files import resolve_model
+from autotune.model.files import resolve_model
 from autotune.models import Candidate, LaunchSpec, Measurement, NodeLaunch, TrialResult, Workload
-from autotune.recipe import recipe_from_trial
-from autotune.space import baseline, load_space
+from autotune.output.recipe import recipe_from_trial
+from autotune.space.candidates import baseline, load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ["qwen3-30b-a3b", "gpt-oss-20b", "minimax-m2-12l"]
@@ -356,8 +356,8 @@ def test_planner_weights_match_what_vllm_loaded(shape, quant, measured_gib):
     # online fp8 quantizes the linear layers; the embedding and the LM head stay bf16
     space = load_space(SPACES[shape])
     space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(shape_dir(shape))})})
-    from autotune.hardware import get_profile
-    from autotune.planner import estimate
+    from autotune.hardware.profiles import get_profile
+    from autotune.planner.roofline import estimate
 
     candidate = baseline(space).model_copy(update={"params": {**baseline(space).params, "quantization": quant}})
     est = estimate(space, candidate, get_profile("h200"), 1)

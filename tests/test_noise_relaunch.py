@@ -32,7 +32,9 @@ def _ok(ctx, candidate: Candidate, number: int) -> TrialResult:
 def _run(tmp_path, monkeypatch, confirm_rounds: int, noise_relaunches: int) -> tuple[list[str], list[str]]:
     """Sources of the baseline's launch samples after a 2-trial study with fake launches."""
     pytest.importorskip("llama_cpp")
-    from autotune import confirm, search, study
+    from autotune.verdict import confirm
+    from autotune.commands import search
+    from autotune.study import tuner
     from autotune.store import Store
 
     relaunches: list[str] = []
@@ -44,7 +46,7 @@ def _run(tmp_path, monkeypatch, confirm_rounds: int, noise_relaunches: int) -> t
         relaunches.append(log_name)
         return _ok(ctx, candidate, number)
 
-    monkeypatch.setattr(search, "Tuner", functools.partial(study.Tuner, launch=trial))
+    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=trial))
     monkeypatch.setattr(confirm, "run_trial", relaunch)
     plan = stand_in_plan(tmp_path, SPACE, accuracy=False)
     search.run(plan, trials=2, confirm_rounds=confirm_rounds, noise_relaunches=noise_relaunches)

@@ -12,7 +12,7 @@ from autotune.errors import EngineStartError
 from autotune.launchers.base import free_port
 from autotune.launchers.process import ServerProcess
 from autotune.models import Candidate, LaunchSpec, NodeLaunch, SearchSpace, TrialResult
-from autotune.recipe import from_yaml, recipe_from_trial, shell_lines, to_yaml
+from autotune.output.recipe import from_yaml, recipe_from_trial, shell_lines, to_yaml
 
 RECIPE_PORT = 8000  # what recipes state instead of the trial's port
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from autotune.cli import main
 from autotune.models import Candidate, TrialResult
-from autotune.phases import PhaseClock, phase_of
-from autotune.space import load_space
+from autotune.trial.phases import PhaseClock, phase_of
+from autotune.space.candidates import load_space
 from autotune.store import Store
 
 

@@ -9,13 +9,13 @@ import pytest
 from rich.console import Console
 
 from autotune.errors import ConfigError
-from autotune.calibration import calibrate, fit_allreduce_step_us, fit_efficiency
-from autotune.hardware import get_profile
-from autotune.model_config import model_facts
+from autotune.planner.calibration import calibrate, fit_allreduce_step_us, fit_efficiency
+from autotune.hardware.profiles import get_profile
+from autotune.model.config import model_facts
 from autotune.models import Candidate, ModelSpec, SearchSpace, Workload
-from autotune.planner import PlanEstimate, estimate, fits_check, plan
-from autotune.report import render_plan_table
-from autotune.space import baseline, enumerate_candidates, load_space
+from autotune.planner.roofline import PlanEstimate, estimate, fits_check, plan
+from autotune.output.terminal import render_plan_table
+from autotune.space.candidates import baseline, enumerate_candidates, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
 ROOT = Path(__file__).resolve().parent.parent

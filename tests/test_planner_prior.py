@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.hardware import resolve_hardware
-from autotune.planner import estimate
-from autotune.search import planner_order
-from autotune.space import baseline, enumerate_candidates, load_space
+from autotune.hardware.profiles import resolve_hardware
+from autotune.planner.roofline import estimate
+from autotune.commands.search import planner_order
+from autotune.space.candidates import baseline, enumerate_candidates, load_space
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.errors import ProbeError
 from autotune.models import ProbeResult
-from autotune.probe_runner import run_probe_subprocess
+from autotune.probe.runner import run_probe_subprocess
 
 PRINTS_RESULT = """
 from autotune.models import ProbeResult
@@ -137,8 +137,8 @@ def test_runs_from_any_working_directory(tmp_path: Path) -> None:
 
 
 def test_kernel_probes_without_a_gpu_are_unsupported_and_quick() -> None:
-    from autotune.device import detect
-    from autotune.probing import run_kernel_probes
+    from autotune.hardware.device import detect
+    from autotune.commands.probe import run_kernel_probes
     from probes.kernels import KERNEL_PROBES
 
     if detect().gpus:
@@ -154,7 +154,7 @@ def test_kernel_probes_without_a_gpu_are_unsupported_and_quick() -> None:
 
 def test_unknown_kernel_probe_is_bad_input() -> None:
     from autotune.errors import ConfigError
-    from autotune.probing import run_kernel_probes
+    from autotune.commands.probe import run_kernel_probes
 
     with pytest.raises(ConfigError, match="unknown kernel probe"):
         run_kernel_probes(names=["fp16_magic"])

@@ -11,12 +11,12 @@ import pytest
 from rich.console import Console
 
 from autotune.models import Candidate, RequestResult, TrialResult
-from autotune.progress import CountingClient, RequestProgress, eta_s, fmt_duration, workload_requests
-from autotune.planner import estimate
-from autotune.search import forecast
-from autotune.report import ProgressLine, RichReporter
-from autotune.search import prepare
-from autotune.space import baseline, load_space
+from autotune.study.forecast import CountingClient, RequestProgress, eta_s, fmt_duration, workload_requests
+from autotune.planner.roofline import estimate
+from autotune.commands.search import forecast
+from autotune.output.terminal import ProgressLine, RichReporter
+from autotune.commands.search import prepare
+from autotune.space.candidates import baseline, load_space
 from autotune.store import Store
 
 
@@ -108,14 +108,14 @@ def test_the_first_guess_counts_the_needle_test_the_study_runs_not_the_models_wh
     """The default study's first forecast said ~34 min per launch on the 2-core VM where a trial
     takes ~5 (docs/measurements.md): it priced each needle case at half the model's context
     (32K) instead of the study's needle lengths (512 / 1024 / 1843 tokens at n_ctx 2048)."""
-    from autotune.progress import workload_guess_s
+    from autotune.study.forecast import workload_guess_s
 
     space = load_space("llamacpp-gemma3-270m")
     wider = space.model_copy(update={"model": space.model.model_copy(update={"context_max": 131072})})
     guess = workload_guess_s(space, True, 20.0, 100.0)
     assert workload_guess_s(wider, True, 20.0, 100.0) == pytest.approx(guess)  # same needle test, same work
     without = space.model_copy(update={"gates": space.gates.model_copy(update={"needle": None})})
-    from autotune.space import needle_lengths
+    from autotune.space.candidates import needle_lengths
 
     needle_in = len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
     needle_out = workload_requests(space, 2048)["needle"] * space.gates.needle.max_tokens
@@ -219,7 +219,7 @@ def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
 
 
 def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
-    from autotune.deferred import DEFERRED
+    from autotune.gates.deferred import DEFERRED
     from autotune.models import GateOutcome, Measurement
 
     console = Console(record=True, width=300, force_terminal=False)
@@ -273,7 +273,7 @@ class Recorder:
 @pytest.mark.engine
 def test_a_real_trial_reports_requests_and_items_done(tmp_path, gemma_gguf):
     from real_study import SPACE
-    from autotune.search import run
+    from autotune.commands.search import run
 
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.format(alias="progress-test", model=gemma_gguf))
@@ -303,8 +303,8 @@ def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_eac
 
 
 def test_a_long_forecast_says_how_to_get_a_first_answer_sooner():
-    from autotune.progress import RunForecast
-    from autotune.report import forecast_text
+    from autotune.study.forecast import RunForecast
+    from autotune.output.terminal import forecast_text
 
     long = RunForecast(study="s", candidates_total=1152, candidates_left=864, measured=0, trials=10,
                        confirm_rounds=2, trial_s=318.0, basis="median of 12 earlier trials")
@@ -317,7 +317,7 @@ def test_the_forecast_prices_the_gates_only_where_they_run(space_file, tmp_path)
     """The default study's forecast said ~1.7 h where it took ~31 min (docs/measurements.md): it
     priced every trial with needle and qeval, but with gates at the end only the qeval reference
     runs them in its trial, and the final best in one relaunch."""
-    from autotune.progress import workload_guess_s
+    from autotune.study.forecast import workload_guess_s
 
     plan = _plan(space_file, tmp_path / "runs.db")
     assert plan.space.gates.needle and plan.space.gates.qeval
@@ -359,7 +359,7 @@ def test_a_measured_forecast_takes_the_gates_out_of_the_trial_time(space_file, t
 
 
 def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path):
-    from autotune.progress import RunForecast
+    from autotune.study.forecast import RunForecast
 
     console = Console(record=True, width=200, force_terminal=False)
     reporter = RichReporter(console, log_dir=tmp_path)

@@ -110,9 +110,10 @@ def test_the_written_space_is_the_one_the_readme_then_uses(walk):
 
 
 def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
-    from autotune import report, search
+    from autotune.output import terminal
+    from autotune.commands import search
     from autotune.models import Candidate
-    from autotune.study import StudyOutcome
+    from autotune.study.tuner import StudyOutcome
 
     (dry, dry_quoted), (real, quoted) = blocks()[3], blocks()[4]
     assert dry.replace(" --dry-run", "") == real
@@ -128,12 +129,12 @@ def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
         cluster_file=Path("cluster.yaml"),
     )
     console = Console(record=True, width=400, file=io.StringIO())
-    reporter = report.RichReporter(console)
+    reporter = terminal.RichReporter(console)
     reporter.trial_started(0, 1, 10, Candidate(engine="vllm", params={}))
     assert reporter.status is not None
     reporter.status.stop()
     empty = StudyOutcome(name=plan.study, trials=[], ranked=[], baseline=None, skipped_reasons={})
-    report.print_outcome(console, plan, empty)
+    terminal.print_outcome(console, plan, empty)
     missing = unmatched(quoted[1:], console.export_text().splitlines())
     assert missing is None, f"README quotes {missing!r}, the reporter does not print it"
 

@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from autotune.confirm import judge
+from autotune.verdict.confirm import judge
 from autotune.models import (
     Candidate,
     GateOutcome,
@@ -18,9 +18,9 @@ from autotune.models import (
     NodeLaunch,
     TrialResult,
 )
-from autotune.recipe import from_yaml, recipe_from_trial, shell_lines, to_yaml
-from autotune.score import evaluate_gates, needle_gate, rank, verdict
-from autotune.space import load_space
+from autotune.output.recipe import from_yaml, recipe_from_trial, shell_lines, to_yaml
+from autotune.gates.score import evaluate_gates, needle_gate, rank, verdict
+from autotune.space.candidates import load_space
 
 
 def trial(number: int, score: float | None, status: str = "ok", gates: list[GateOutcome] | None = None, **params) -> TrialResult:
@@ -121,7 +121,7 @@ def test_a_recipe_never_mixes_predicted_and_measured():
 
 
 def test_predicted_recipe_for_four_sparks(tmp_path):
-    from autotune.search import predicted_recipe
+    from autotune.commands.search import predicted_recipe
 
     out = tmp_path / "p.yaml"
     predicted_recipe("minimax-m3.1-flash-spark4", "spark", 4, None, out)
@@ -137,7 +137,7 @@ def test_predicted_recipe_for_four_sparks(tmp_path):
 
 def test_plugin_flags_render_for_forks():
     from autotune.engines import get_engine
-    from autotune.space import baseline
+    from autotune.space.candidates import baseline
 
     space = load_space("minimax-m3.1-flash-spark1")
     engine = get_engine("vllm").use_space(space)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.confirm import decode_only
-from autotune.deferred import gates_relaunch_context
-from autotune.search import prepare
+from autotune.verdict.confirm import decode_only
+from autotune.gates.deferred import gates_relaunch_context
+from autotune.commands.search import prepare
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def stored_objectives(table, key: str) -> set[float]:
 
 
 def test_a_replayed_launch_is_one_of_the_stored_launches_the_same_for_every_strategy(sq, table, tmp_path):
-    from autotune.trial import TrialContext
+    from autotune.trial.run import TrialContext
     from autotune.engines import get_engine
 
     ctx = TrialContext(study="x", space=table.space, model=table.space.model,
@@ -223,7 +223,7 @@ def test_a_replayed_launch_is_scored_as_the_replayed_study_s_space_scores_it(sq,
     strategy that ranks by the median (penalty 0) sees score == objective, and the table's own space
     sees the score stored when the launch was measured."""
     from autotune.engines import get_engine
-    from autotune.trial import TrialContext
+    from autotune.trial.run import TrialContext
 
     assert table.space.objective.mad_penalty == 1.0
     by_median = table.space.model_copy(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from autotune.models import Candidate, FailureInfo, TrialResult
-from autotune.trial import TrialContext
+from autotune.trial.run import TrialContext
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -21,8 +21,8 @@ SPACE = (
 
 def _tuner(tmp_path, launch: Callable[..., TrialResult], trials: int):
     pytest.importorskip("llama_cpp")
-    from autotune.search import prepare
-    from autotune.study import SilentReporter, Tuner
+    from autotune.commands.search import prepare
+    from autotune.study.tuner import SilentReporter, Tuner
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

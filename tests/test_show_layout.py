@@ -13,9 +13,9 @@ import pytest
 
 from autotune.cli import main
 from autotune.models import Candidate, GateOutcome, Measurement, NeedleCase, NeedleReport, QevalReport, TrialResult
-from autotune.report import diff_label
-from autotune.score import verdict
-from autotune.space import load_space
+from autotune.output.terminal import diff_label
+from autotune.gates.score import verdict
+from autotune.space.candidates import load_space
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def column_text(out: str) -> str:
 
 def assert_nothing_dropped(out: str, db: Path) -> None:
     text = column_text(out)
-    from autotune.study import outcome_of
+    from autotune.study.tuner import outcome_of
 
     trials = outcome_of(Store(db), STUDY).trials  # gates as `show` judges them from the stored evidence
     base = trials[0].candidate

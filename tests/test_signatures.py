@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ProbeError
-from autotune.signatures import (
+from autotune.failures.signatures import (
     GOLDEN_MISMATCH_MARKER,
     PROBE_TIMEOUT_MARKER,
     SIGNATURES,
@@ -260,7 +260,7 @@ def test_the_corpus_is_mostly_recorded_where_a_recording_can_be_had() -> None:
 
 
 def _strip(line: str) -> str:
-    from autotune.signatures import _PREFIX_RE
+    from autotune.failures.signatures import _PREFIX_RE
 
     return _PREFIX_RE.sub("", line, count=1).strip()
 
@@ -368,7 +368,7 @@ def test_a_request_traceback_while_the_server_stays_up_is_a_serving_failure() ->
     That is not a crash of the engine (nothing to isolate): the trial says serving_failed, with the
     traceback's root cause as the message. A server that died keeps the crash."""
     from autotune.engines import get_engine
-    from autotune.trial import failure_from_log
+    from autotune.trial.run import failure_from_log
 
     log = read("unclassified_crash__vllm_gpt_oss_harmony_request.log")
     alive = failure_from_log(get_engine("vllm"), log, "serving_failed", "warm-up request failed: HTTP 500")

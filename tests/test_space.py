@@ -8,7 +8,7 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.models import ProbeResult
-from autotune.space import (
+from autotune.space.candidates import (
     Pruner,
     available_spaces,
     baseline,
@@ -138,7 +138,7 @@ def test_an_objective_at_n_concurrent_streams_needs_that_level_in_the_workload(t
 def test_the_objective_at_n_streams_is_read_from_that_wave_and_relaunches_keep_it(tmp_path):
     from autotune.bench.throughput import objective_value
     from autotune.models import Measurement, Objective
-    from autotune.trial import TrialContext, objective_only
+    from autotune.trial.run import TrialContext, objective_only
     from autotune.engines import get_engine
 
     measured = [Measurement.of("decode_tps.prose", "tok/s", "one stream", [40.0, 42.0, 41.0]),

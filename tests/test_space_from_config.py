@@ -13,8 +13,8 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.space import load_space
-from autotune.space_from_config import architecture, checkpoint_format, count_params, new_space, read_config
+from autotune.space.candidates import load_space
+from autotune.space.from_config import architecture, checkpoint_format, count_params, new_space, read_config
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 GIB = 1024**3

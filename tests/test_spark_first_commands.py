@@ -9,8 +9,8 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.space import DEFAULT_SPACE
-from autotune.space_choice import choose_space
+from autotune.space.candidates import DEFAULT_SPACE
+from autotune.space.choice import choose_space
 
 CLUSTER = """
 nodes:
@@ -135,8 +135,8 @@ def test_dry_run_with_a_cluster_file_shows_each_box_with_its_own_env(capsys, tmp
 
 def test_a_real_search_still_needs_the_boxes_or_a_cluster_file(capsys, tmp_path):
     """Placeholder hosts are for showing only: without --dry-run nothing runs on them."""
-    from autotune.search import cluster_for
-    from autotune.hardware import get_profile
+    from autotune.commands.search import cluster_for
+    from autotune.hardware.profiles import get_profile
     from autotune.models import DeviceIdentity
 
     device = DeviceIdentity(hostname="h", os="linux", cpu_cores=2, memory_total_gb=8, memory_available_gb=4)

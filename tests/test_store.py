@@ -110,7 +110,7 @@ def test_sqlite_file_is_plain_sqlite(tmp_path):
 def test_a_runs_db_from_before_issue_17_is_migrated_and_keeps_its_studies(tmp_path):
     import sqlite_utils
 
-    from autotune.space import load_space
+    from autotune.space.candidates import load_space
 
     path = tmp_path / "runs.db"
     old = sqlite_utils.Database(path)
@@ -127,7 +127,7 @@ def test_a_runs_db_from_before_issue_17_is_migrated_and_keeps_its_studies(tmp_pa
 
 def c8_space():
     from autotune.models import SearchSpace
-    from autotune.space import load_space
+    from autotune.space.candidates import load_space
 
     data = load_space("llamacpp-gemma3-270m").model_dump()
     data["workload"]["concurrency"] = [1, 8]
@@ -158,7 +158,7 @@ def test_launch_noise_is_pooled_per_objective_never_across_them(tmp_path):
 def test_launch_samples_stored_before_objectives_were_kept_apart_take_their_studys_metric(tmp_path):
     import sqlite_utils
 
-    from autotune.space import load_space
+    from autotune.space.candidates import load_space
 
     path = tmp_path / "runs.db"
     old = sqlite_utils.Database(path)
@@ -181,8 +181,8 @@ def test_launch_samples_stored_before_objectives_were_kept_apart_take_their_stud
 
 def test_a_studys_outcome_judges_with_the_noise_of_its_own_objective(tmp_path):
     from autotune.models import Candidate
-    from autotune.space import load_space
-    from autotune.study import outcome_of
+    from autotune.space.candidates import load_space
+    from autotune.study.tuner import outcome_of
 
     store = Store(tmp_path / "runs.db")
     for name, space in [("plain", load_space("llamacpp-gemma3-270m")), ("wave", c8_space())]:

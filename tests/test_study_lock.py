@@ -20,7 +20,7 @@ import pytest
 from autotune.cli import main
 from autotune.errors import StudyBusy
 from autotune.store import Store
-from autotune.study_lock import StudyLock, owner_of
+from autotune.study.lock import StudyLock, owner_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from autotune.store import Store
-from autotune.study_lock import StudyLock
+from autotune.study.lock import StudyLock
 db, study, hold_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 with StudyLock(Store(db), study):
     Path(db + "." + study + ".held").write_text("held")
@@ -163,7 +163,7 @@ WORKER = textwrap.dedent(
     from optuna.trial import TrialState
     from autotune.models import Candidate, Measurement, TrialResult
     from autotune.store import Store
-    from autotune.study_lock import StudyLock
+    from autotune.study.lock import StudyLock
     db, study, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     store = Store(db)

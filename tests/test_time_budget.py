@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.models import Candidate, TrialResult
-from autotune.study import TimeBudget, typical_trial_s
+from autotune.study.tuner import TimeBudget, typical_trial_s
 
 
 def test_refuses_only_a_launch_that_would_not_fit():
@@ -51,7 +51,7 @@ def _timed(n: int, started: str, **phases: float) -> TrialResult:
 
 def test_a_relaunch_is_priced_by_what_it_repeats_of_warm_trials_not_by_whole_trials():
     from autotune.models import Objective
-    from autotune.relaunch_cost import gates_relaunch_s, relaunch_s
+    from autotune.study.relaunch_cost import gates_relaunch_s, relaunch_s
 
     cold = _timed(0, "2026-12-03T00:00:00", start=300.0, decode=20.0, prefill=400.0, concurrency=100.0, teardown=5.0)
     warm = _timed(1, "2026-12-03T00:10:00", start=100.0, decode=20.0, prefill=400.0, concurrency=100.0, teardown=5.0)
@@ -66,7 +66,7 @@ def test_a_relaunch_is_priced_by_what_it_repeats_of_warm_trials_not_by_whole_tri
 
 
 def test_the_forecast_prices_confirmation_launches_at_the_relaunch_price():
-    from autotune.progress import RunForecast
+    from autotune.study.forecast import RunForecast
 
     plan = RunForecast(study="s", candidates_total=4, candidates_left=2, measured=0, trials=2, confirm_rounds=2,
                        trial_s=600.0, basis="b", relaunch_s=100.0)

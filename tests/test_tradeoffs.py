@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from autotune.models import Candidate, Gates, Measurement, SearchSpace, TrialResult
-from autotune.noise import LaunchNoise
-from autotune.score import evaluate_gates
-from autotune.tradeoffs import regression_gate, tradeoffs
+from autotune.verdict.noise import LaunchNoise
+from autotune.gates.score import evaluate_gates
+from autotune.gates.tradeoffs import regression_gate, tradeoffs
 
 NOISE = LaunchNoise(sigma=0.03, df=5, groups=2, launches=7)  # ±3 %: one launch each, beyond ~x0.92 / x1.09
 
@@ -79,10 +79,10 @@ def test_a_space_naming_an_unmeasured_or_unknown_metric_is_refused_up_front():
 def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
     from rich.console import Console
 
-    from autotune.html_report import verdict_section
-    from autotune.report import print_best
-    from autotune.search import export_warnings, recipe_verdict
-    from autotune.study import StudyOutcome
+    from autotune.output.html import verdict_section
+    from autotune.output.terminal import print_best
+    from autotune.commands.search import export_warnings, recipe_verdict
+    from autotune.study.tuner import StudyOutcome
 
     best = BEST.model_copy(update={"score": 93.5})
     outcome = StudyOutcome(name="s", trials=[BASE, best], ranked=[best, BASE], baseline=BASE, skipped_reasons={},
@@ -98,8 +98,8 @@ def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
 
 
 def test_a_space_without_max_regression_keeps_the_fingerprint_its_studies_were_made_with():
-    from autotune.space import load_space
-    from autotune.space_fingerprint import fingerprint
+    from autotune.space.candidates import load_space
+    from autotune.space.fingerprint import fingerprint
 
     # computed before gates.max_regression existed: a resumed study must not be refused as changed
     assert fingerprint(load_space("llamacpp-gemma3-270m")) == "66cd147613d9a99a"

@@ -15,7 +15,7 @@ import yaml
 
 from autotune.bench import throughput
 from autotune.bench.qeval import qeval_gate
-from autotune.confirm import judge
+from autotune.verdict.confirm import judge
 from autotune.models import (
     Candidate,
     Confirmation,
@@ -32,9 +32,9 @@ from autotune.models import (
     TrialResult,
     Workload,
 )
-from autotune.noise import LaunchNoise, pooled
-from autotune.score import evaluate_gates, rank, verdict
-from autotune.space import load_space, make_candidate, needle_check, needle_lengths, probes_check
+from autotune.verdict.noise import LaunchNoise, pooled
+from autotune.gates.score import evaluate_gates, rank, verdict
+from autotune.space.candidates import load_space, make_candidate, needle_check, needle_lengths, probes_check
 
 
 def _trial(number: int, objective: float, *, needle: bool | None = True, qeval: dict[str, bool] | None = None,
@@ -275,7 +275,7 @@ def test_no_accuracy_study_exports_accuracy_unchecked(tmp_path, capsys):
 
 def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_path):
     # before: the golden check was the fixed word "Paris" (waived for base models): any text passed
-    from autotune.feature_probes import vllm as F
+    from autotune.probe.features import vllm as F
 
     answers = {F.Combo("auto", None): " Paris, the city of", F.Combo("fp8", None): " Paris. The capital",
                F.Combo("fp8_e5m2", None): " a city in the"}
@@ -291,7 +291,7 @@ def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_
 
 
 def test_a_named_qeval_reference_replaces_a_baseline_without_qeval(tmp_path):
-    from autotune.study import outcome_of
+    from autotune.study.tuner import outcome_of
 
     store = _store_with(tmp_path, None)
     space = load_space("llamacpp-gemma3-270m")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import EngineStartError
-from autotune.hardware import get_profile
+from autotune.hardware.profiles import get_profile
 from autotune.launchers.base import free_port
 from autotune.launchers.process import ServerProcess
 from autotune.launchers.watchdog import WatchdogLimits, read_meminfo
@@ -101,7 +101,7 @@ def test_floor_comes_from_the_hardware_profile():
 
 
 def test_search_plan_takes_the_floor_from_its_profile(tmp_path):
-    from autotune.search import prepare
+    from autotune.commands.search import prepare
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

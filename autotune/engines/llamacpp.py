@@ -78,7 +78,7 @@ class LlamaCppEngine(Engine):
     knobs: ClassVar[frozenset[str]] = frozenset({*PLAIN_OPTIONS, "type_k", "type_v", "draft_k"})
     health_path = "/v1/models"
     tokenize_path = "/extras/tokenize"
-    feature_probes_entry = "autotune.feature_probes.llamacpp:feature_probes"
+    feature_probes_entry = "autotune.probe.features.llamacpp:feature_probes"
     context_knob = "n_ctx"
     cheap_params: ClassVar[Mapping[str, Scalar]] = {"n_ctx": 512}
     default_spec_method = "ngram"  # llama-cpp-python drafts by prompt lookup

@@ -22,7 +22,7 @@ from typing import ClassVar
 from autotune.engines.base import Engine, Knobs, PlanNotes
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
-from autotune.model_shapes import dummy_weights
+from autotune.model.shapes import dummy_weights
 from autotune.models import (
     Candidate,
     LaunchSpec,
@@ -127,7 +127,7 @@ class VllmEngine(Engine):
     health_path = "/health"
     metrics_path = "/metrics"
     tokenize_path: ClassVar[str] = "/tokenize"
-    feature_probes_entry = "autotune.feature_probes.vllm:feature_probes"
+    feature_probes_entry = "autotune.probe.features.vllm:feature_probes"
     context_knob = "max_model_len"
     startup_guess_s = 120.0
     cheap_params: ClassVar[Mapping[str, Scalar]] = {

@@ -42,8 +42,8 @@ from autotune.launchers.ray import (
 from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
-LABEL_STUDY = "autotune.study"
-LABEL_TRIAL = "autotune.trial"
+LABEL_STUDY = "autotune.study.tuner"
+LABEL_TRIAL = "autotune.trial.run"
 LABEL_NODE = "autotune.node"
 LABEL_ROLE = "autotune.role"
 CONTAINER_PYTHON = "python3"  # the engine's interpreter inside the image

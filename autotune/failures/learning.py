@@ -1,0 +1,172 @@
+"""What a failed trial teaches the study, stored as learned failures in runs.db.
+
+- A signature that implicates knobs: learn their values, and where the signature covers a class of
+  values of a knob (autotune.failures.signatures.Covers), the space's other values in that class too (each
+  with an evidence line naming the failed value it was generalized from). When an implicated knob
+  was left to the engine (None) and the engine reported what it selected, blame the selection
+  instead: the selected value fails when asked for explicitly too, and "left to the engine" fails
+  only together with the knobs that steer that selection (a KV dtype makes vLLM pick FlashInfer),
+  not always.
+- A failure no signature explains (no implicated knobs, not the environment): isolate the knob
+  values that broke (autotune/failures/isolation.py) and learn those, with the evidence and the cost.
+
+Isolation records live in their own table, `isolations` (own migration set, so this module's
+schema evolves apart from store.py's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from autotune.failures.isolation import Isolation, isolate, smoke_launch
+from autotune.models import Candidate, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
+from autotune.failures.signatures import covers_for
+from autotune.store import LearnedFailure, Store
+from autotune.trial.run import TrialContext
+
+#: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
+SELECTION_INPUTS: dict[str, tuple[str, ...]] = {
+    "attention_backend": ("kv_cache_dtype", "block_size"),
+    "moe_backend": ("quantization",),
+}
+#: failures that say nothing about a knob value: never isolated
+NOT_ISOLATED = frozenset({
+    "startup_timeout", "missing_dependency", "stale_env", "triton_too_old", "flashinfer_jit_arch",
+    "build_target_mismatch", "nccl_system_error", "nccl_liveness", "no_kernel_image", "probe_timeout",
+    "oom", "kv_cache_memory",
+    "serving_failed",  # the engine stayed up and a measured request failed: load, not a knob value
+    "configuration_error",  # the study's own settings (e.g. its needle test) do not fit: no knob broke
+    "host_memory",  # the watchdog stopped it: memory, which depends on every knob
+})
+
+MIGRATIONS = Migrations("autotune-learning")
+
+
+@MIGRATIONS()
+def m001_isolations(db: sqlite_utils.Database) -> None:
+    db["isolations"].create(
+        {"id": int, "study": str, "trial": int, "host_key": str, "engine": str, "created_at": str, "result": str},
+        pk="id",
+    )
+
+
+def save_isolation(store: Store, host_key: str, engine: str, isolation: Isolation) -> None:
+    MIGRATIONS.apply(store.db)
+    store.db["isolations"].insert({
+        "study": isolation.study, "trial": isolation.trial, "host_key": host_key, "engine": engine,
+        "created_at": utc_now(), "result": isolation.model_dump_json(),
+    })
+
+
+def isolations(store: Store, study: str) -> list[Isolation]:
+    if "isolations" not in store.db.table_names():
+        return []
+    rows = store.db["isolations"].rows_where("study = ?", [study], order_by="id")
+    return [Isolation.model_validate_json(row["result"]) for row in rows]
+
+
+def shared_cause(trials: list[TrialResult], baseline: Candidate) -> str | None:
+    """Why to stop the study when the baseline failed and a candidate with other knob values failed
+    the same way (same class and message, nothing implicated): every candidate shares that cause
+    (model, engine, workload), so more launches would only repeat it. None: no such pair."""
+    def cause(t: TrialResult) -> tuple[str, str] | None:
+        f = t.failure
+        return (f.failure_class, f.message) if t.status == "failed" and f and not f.implicates else None
+
+    base = next((t for t in trials if t.candidate.key() == baseline.key()), None)
+    if base is None or cause(base) is None:
+        return None
+    twin = next((t for t in trials if t.candidate.key() != base.candidate.key() and cause(t) == cause(base)), None)
+    if twin is None:
+        return None
+    return (f"the same failure in trial {base.number} (the baseline) and trial {twin.number} "
+            f"({twin.candidate.label()}): {base.failure.message}; every candidate shares its cause "
+            "(model, engine, workload), not a knob value: fix that, then run the same command to resume")
+
+
+def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:
+    """The failures this study's trials taught (knob values now skipped on this host)."""
+    return [LearnedFailure(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]
+
+
+def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str], baseline: Candidate) -> list[dict[str, Scalar]]:
+    """The knob values to learn from a failure whose signature implicates knobs (see module doc)."""
+    values = {k: candidate.params.get(k) for k in failure.implicates}
+    left_to_engine = [k for k, v in values.items() if v is None and selected.get(k)]
+    if not left_to_engine:
+        return [values]
+    learned = []
+    for knob in left_to_engine:
+        learned.append({**{k: v for k, v in values.items() if k != knob}, knob: selected[knob]})
+    steering = {
+        k: candidate.params.get(k)
+        for knob in left_to_engine
+        for k in SELECTION_INPUTS.get(knob, ())
+        if k in candidate.params and candidate.params.get(k) != baseline.params.get(k)
+    }
+    learned.append({**values, **steering})
+    return learned
+
+
+def covered(failure: FailureInfo, values: dict[str, Scalar], space: SearchSpace) -> list[tuple[dict[str, Scalar], str]]:
+    """The siblings of learned `values`: each other value of the space's choices for a knob that lies
+    in a class the failure's signature covers, with the evidence line that says so."""
+    choices = {k.name: k.values for k in space.knobs}
+    siblings: list[tuple[dict[str, Scalar], str]] = []
+    for cover in covers_for(failure.failure_class, space.engine):
+        failed = values.get(cover.knob)
+        if failed not in cover.values:
+            continue
+        for value in choices.get(cover.knob, []):
+            if value != failed and value in cover.values:
+                note = f"autotune: {value} covered by the same signature as the failed {failed} ({cover.name})"
+                siblings.append(({**values, cover.knob: value}, note))
+    return siblings
+
+
+def learn_from_failure(
+    ctx: TrialContext,
+    store: Store,
+    host_key: str,
+    result: TrialResult,
+    baseline: Candidate,
+    events: Callable[[str], None] = lambda _: None,
+    max_launches: int | None = None,
+) -> bool:
+    """Store what `result` (a failed trial) teaches; True when a learned failure was added."""
+    failure = result.failure
+    if result.status != "failed" or failure is None:
+        return False
+    engine = ctx.space.engine
+    if failure.implicates:
+        for values in blamed(failure, result.candidate, result.selected, baseline):
+            _learn(store, host_key, engine, failure, result, values, failure.evidence)
+            for sibling, note in covered(failure, values, ctx.space):
+                _learn(store, host_key, engine, failure, result, sibling, [*failure.evidence, note])
+        return True
+    if failure.failure_class in NOT_ISOLATED:
+        return False
+    knobs = [k.name for k in ctx.space.knobs if k.kind == "arg"]
+    events("isolating the knob that broke")
+    options = {} if max_launches is None else {"max_launches": max_launches}
+    found = isolate(result, store.trials(ctx.study), knobs,
+                    lambda candidate, name: smoke_launch(ctx, candidate, name), **options)
+    save_isolation(store, host_key, engine, found)
+    if not found.isolated:
+        return False
+    evidence = [*failure.evidence, f"autotune: {found.summary()}"]
+    _learn(store, host_key, engine, failure, result, found.isolated, evidence)
+    return True
+
+
+def _learn(
+    store: Store, host_key: str, engine: str, failure: FailureInfo, result: TrialResult,
+    values: dict[str, Scalar], evidence: list[str],
+) -> None:
+    # add_failure takes the values from the candidate: hand it one holding exactly these
+    holder = Candidate(engine=engine, params={**result.candidate.params, **values}, env=result.candidate.env)
+    learned = failure.model_copy(update={"implicates": list(values), "evidence": evidence})
+    store.add_failure(host_key, engine, learned, holder, result.study, result.number)

@@ -1,0 +1,154 @@
+"""Gates and ranking. A config that fails a gate can never be the best, whatever its speed.
+
+Gates: needle retrieval must pass at every length and depth of the study's needle test; qeval must
+not be worse than the reference (trial 0 of this study) by a one-sided exact McNemar test nor by
+more than the margin; TTFT / TPOT SLOs when the space sets them; `max_regression` (no quantity worse than the baseline
+by more than the space allows). Each gate is pass, fail or
+unchecked: missing evidence (not measured, no reference) is `unchecked`, and only `pass` on every
+configured gate makes a trial eligible. Ranking: eligible trials by score (objective median minus
+its noise), best first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from autotune.models import AccuracyFailure, GateOutcome, Gates, TrialResult
+from autotune.gates.numerics import GATE as CLASS_GATE
+from autotune.gates.numerics import class_gate
+from autotune.gates.tradeoffs import regression_gate
+
+
+def unchecked(gate: str, why: str) -> GateOutcome:
+    return GateOutcome(gate=gate, status="unchecked", detail=why)
+
+
+def needle_gate(result: TrialResult) -> GateOutcome:
+    report = result.needle
+    if report is None or not report.cases:
+        return unchecked("needle", "needle not measured")
+    failed = [c for c in report.cases if not c.passed]
+    if not failed:
+        lengths = sorted({c.length_tokens for c in report.cases})
+        return GateOutcome(gate="needle", status="pass", detail=f"all depths pass at {lengths} tokens")
+    worst = ", ".join(f"{c.length_tokens} tok @ {c.depth:.0%}" for c in failed[:4])
+    return GateOutcome(gate="needle", status="fail", detail=f"missed {len(failed)}/{len(report.cases)}: {worst}")
+
+
+def _median_of(result: TrialResult, prefix: str) -> float | None:
+    values = [m.median for m in result.measurements if m.name.startswith(prefix)]
+    return statistics.median(values) if values else None
+
+
+def slo_gate(result: TrialResult, prefix: str, limit: float, label: str) -> GateOutcome:
+    value = _median_of(result, prefix)
+    if value is None:
+        return unchecked(label, f"{label} not measured")
+    return GateOutcome(
+        gate=label,
+        status="pass" if value <= limit else "fail",
+        detail=f"median {label} {value:.1f} ms vs limit {limit:.1f} ms",
+    )
+
+
+def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gates) -> GateOutcome:
+    from autotune.bench.qeval import qeval_gate
+
+    assert gates.qeval is not None
+    if result.qeval is None:
+        return unchecked("qeval", "qeval not measured")
+    if reference is None or reference.qeval is None:
+        which = f"trial {reference.number}" if reference is not None else "the reference trial"
+        return unchecked(
+            "qeval", f"no reference: {which} of this study has no qeval result (name one: search --qeval-reference N)"
+        )
+    if reference.number == result.number:
+        return GateOutcome(gate="qeval", status="pass", detail=f"reference ({result.qeval.correct}/{result.qeval.total})")
+    return qeval_gate(result.qeval, reference.qeval, gates.qeval.alpha, gates.qeval.margin_tasks)
+
+
+def evaluate_gates(
+    result: TrialResult, reference: TrialResult | None, gates: Gates, accuracy: bool = True,
+    baseline: TrialResult | None = None, failures: Sequence[AccuracyFailure] = (),
+) -> list[GateOutcome]:
+    """Every configured gate's outcome; `accuracy=False` (a throughput-only study) leaves out needle
+    and qeval, and the recipe says accuracy is unchecked. `baseline` is what `max_regression`
+    compares with (trial 0); `failures`, the numerics classes the study learned failed accuracy
+    (autotune.gates.numerics): a trial of one without evidence of its own fails the `numerics class` gate."""
+    if result.status != "ok":
+        return []
+    outcomes = []
+    skipped = (f"skipped, dominated: {result.dominated}" if result.dominated
+               else f"deferred: {result.deferred}" if result.deferred else None)
+    measured = []
+    # a skip covers the gates it left unmeasured (the qeval reference defers only its needle)
+    if accuracy and gates.needle:
+        measured.append(unchecked("needle", skipped) if skipped and result.needle is None else needle_gate(result))
+    if accuracy and gates.qeval:
+        measured.append(unchecked("qeval", skipped) if skipped and result.qeval is None
+                        else qeval_outcome(result, reference, gates))
+    notes = []
+    if result.accuracy_from is not None and not skipped:
+        notes.append(f" (reused from trial {result.accuracy_from}: differs only in numerics-neutral knobs)")
+    if result.accuracy_relaunched and not skipped:
+        notes.append(" (measured in a relaunch of this config at the end of the study: its gates had been deferred)")
+    if notes:
+        measured = [g.model_copy(update={"detail": f"{g.detail or ''}{''.join(notes)}"}) for g in measured]
+    outcomes.extend(measured)
+    learned = class_gate(result, measured, gates, list(failures)) if accuracy and failures else None
+    if learned is not None:
+        outcomes.append(learned)
+    if gates.ttft_ms_max is not None:
+        outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
+    if gates.tpot_ms_max is not None:
+        outcomes.append(slo_gate(result, "tpot_ms.", gates.tpot_ms_max, "tpot"))
+    if gates.max_regression:
+        outcomes.append(regression_gate(result, baseline, gates.max_regression))
+    return outcomes
+
+
+def constraint_values(result: TrialResult) -> dict[str, float]:
+    """Optuna constraints (trial.set_constraint): <= 0 is feasible; one per gate. Gates a dominated
+    or deferred trial skipped are unknown, not failed: the sampler still learns from its speed (the
+    ranking never counts them as passed)."""
+    skipped = bool(result.dominated or result.deferred)
+    return {g.gate: 0.0 if g.passed or (skipped and g.status == "unchecked") else 1.0 for g in result.gates}
+
+
+def accuracy_status(trial: TrialResult) -> str:
+    """pass / fail / unchecked over the accuracy gates of a trial (unchecked when it has none)."""
+    accuracy = [g for g in trial.gates if g.gate in ("needle", "qeval", CLASS_GATE)]
+    if any(g.status == "fail" for g in accuracy):
+        return "fail"
+    if not accuracy or any(g.status == "unchecked" for g in accuracy):
+        return "unchecked"
+    return "pass"
+
+
+def rank(trials: list[TrialResult]) -> list[TrialResult]:
+    feasible = [t for t in trials if t.feasible and t.score is not None]
+    return sorted(feasible, key=lambda t: (-(t.score or 0.0), t.number))
+
+
+def verdict(trial: TrialResult) -> str:
+    """Why a trial is where it is in the final table, in a few words."""
+    if trial.status == "skipped":
+        return f"skipped: {trial.reason}"
+    if trial.status in ("interrupted", "crashed"):
+        return f"{trial.status}: {trial.reason}"
+    if trial.status == "failed":
+        cls = trial.failure.failure_class if trial.failure else "failed"
+        reason = (trial.reason or "").removeprefix(f"{cls}: ")
+        return f"failed ({cls}): {reason}"
+    if trial.dominated:
+        return f"dominated: {trial.dominated}"
+    if trial.deferred:
+        return f"gates deferred, not run: {trial.deferred}"
+    failed = [g for g in trial.gates if g.status == "fail"]
+    if failed:
+        return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)
+    missing = [g for g in trial.gates if g.status == "unchecked"]
+    if missing:
+        return "unchecked: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in missing)
+    return "ok"

@@ -1,0 +1,603 @@
+"""Everything the CLI prints: progress while a study runs, tables after. No measuring here."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+from rich.text import Text
+
+from autotune.models import Candidate, FailureInfo, LaunchSpec, Objective, PlanReport, TrialResult
+from autotune.verdict.noise import single_launch_inside, single_launch_verdict
+from autotune.study.forecast import RunForecast, eta_s, fmt_duration
+from autotune.study.relaunch_cost import relaunch_s
+from autotune.gates.score import verdict
+from autotune.study.tuner import StudyOutcome
+
+if TYPE_CHECKING:
+    from autotune.commands.search import SearchPlan
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def diff_label(candidate: Candidate, baseline: Candidate | None) -> str:
+    """The knobs where a candidate differs from the baseline; the baseline itself says so."""
+    if baseline is None:
+        return candidate.label()
+    changed = {k: v for k, v in candidate.params.items() if baseline.params.get(k) != v}
+    changed_env = {k: v for k, v in candidate.env.items() if baseline.env.get(k) != v}
+    if not changed and not changed_env:
+        return "(engine defaults)"
+    return Candidate(engine=candidate.engine, params=changed, env=changed_env).label()
+
+
+def _median(trial: TrialResult, name: str) -> float | None:
+    m = trial.measurement(name)
+    return m.median if m else None
+
+
+def last_log_line(log_dir: Path | None) -> str | None:
+    """The last non-empty line of the newest engine log in `log_dir` (read from its tail only)."""
+    if log_dir is None or not log_dir.is_dir():
+        return None
+    logs = sorted(log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return None
+    with logs[-1].open("rb") as f:
+        f.seek(max(0, logs[-1].stat().st_size - 4096))
+        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else None
+
+
+class ProgressLine:
+    """The live status line; rich re-renders it several times a second, so its clocks keep moving."""
+
+    def __init__(self, label: str, log_dir: Path | None, eta: Callable[[float], float | None], clock=time.monotonic):
+        self.label = label
+        self.log_dir = log_dir
+        self.eta = eta
+        self.clock = clock
+        self.started = clock()
+        self.phase = "starting"
+        self.phase_started = self.started
+
+    def update(self, text: str) -> None:
+        # counts inside a phase ("decode (prose): 3/9 requests done") keep the phase clock running
+        if text.split(":")[0] != self.phase.split(":")[0]:
+            self.phase_started = self.clock()
+        self.phase = text
+
+    def text(self) -> str:
+        now = self.clock()
+        parts = [f"{self.label}: {self.phase} ({now - self.phase_started:.0f} s)", f"trial {now - self.started:.0f} s"]
+        eta = self.eta(now - self.started)
+        if eta is not None:
+            parts.append(f"ETA {fmt_duration(eta)}" if eta > 0 else "ETA: running past the typical trial time")
+        line = ", ".join(parts)
+        if self.phase.startswith("starting"):
+            last = last_log_line(self.log_dir)
+            if last:
+                line += f"\n  log: {last}"
+        return line
+
+    def __rich__(self) -> Text:
+        return Text(self.text())
+
+
+class RichReporter:
+    """Progress of a running study: what will run and how long; trial n of N, its phase with a
+    moving clock, the engine log while it starts, requests done; the ETA; last result and best."""
+
+    def __init__(self, console: Console, log_dir: Path | None = None, objective: Objective | None = None) -> None:
+        self.console = console
+        self.log_dir = log_dir
+        self.objective = objective or Objective()
+        self.status: Status | None = None
+        self.line: ProgressLine | None = None
+        self.t0 = time.monotonic()
+        self.label = ""
+        self.durations: list[float] = []  # launched trials of this run
+        self.finished: list[TrialResult] = []  # their results: what a relaunch repeats is priced from them
+        self.estimate_s: float | None = None  # the forecast's, until a trial of this run finishes
+        self.total = 0
+        self.launched = 0
+        self.confirm_launches = 0
+        self.relaunches = 0  # gates relaunches still to come (gates at the end)
+        self.noise_launches = 0  # the baseline's noise relaunches still to come
+        self.gates_s = 0.0  # what the gates add to such a relaunch
+        self.relaunch_s: float | None = None  # one objective-only relaunch, where the forecast priced it
+        self.confirming = False
+        self.launch_started = self.t0
+
+    def study_planned(self, plan: RunForecast) -> None:
+        self.total = plan.measured + plan.trials
+        self.launched = plan.measured
+        self.confirm_launches = 2 * plan.confirm_rounds
+        self.relaunches, self.gates_s = plan.relaunches, plan.gates_s or 0.0
+        self.noise_launches = plan.noise_relaunches
+        self.estimate_s = plan.trial_s
+        self.relaunch_s = plan.relaunch_s
+        self.console.print(forecast_text(plan))
+
+    def _typical(self) -> list[float]:
+        return self.durations or ([self.estimate_s] if self.estimate_s else [])
+
+    def _eta_for(self, trials_left: int, current_s: float = 0.0) -> float | None:
+        """Launches left at the median trial time (objective-only relaunches at their own price where
+        it is known), plus the gates of the gates relaunch to come."""
+        typical = self._typical()
+        objective_only = self.confirm_launches + self.noise_launches
+        each = relaunch_s(self.finished, self.objective) or self.relaunch_s
+        priced = each is not None and bool(typical) and each < statistics.median(typical)
+        eta = eta_s(typical, trials_left, self.relaunches + (0 if priced else objective_only), current_s)
+        if eta is None:
+            return None
+        return eta + self.relaunches * self.gates_s + (objective_only * (each or 0.0) if priced else 0.0)
+
+    def _eta(self, current_s: float) -> float | None:
+        if self.confirming:
+            return self._eta_for(1, time.monotonic() - self.launch_started)
+        return self._eta_for(self.total - self.launched + 1, current_s)
+
+    def _start_status(self, label: str) -> None:
+        self._stop_status()
+        self.line = ProgressLine(label, self.log_dir, self._eta)
+        self.status = self.console.status(self.line, refresh_per_second=4)
+        self.status.start()
+
+    def _stop_status(self) -> None:
+        if self.status:
+            self.status.stop()
+        self.status, self.line = None, None
+
+    def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
+        self.label = f"trial {launched} of {total} (#{number})"
+        self.launched, self.total = launched, total
+        self.console.print(f"[bold]{self.label}[/] {candidate.label()}")
+        self._start_status(self.label)
+
+    def trial_event(self, text: str) -> None:
+        if self.line is None:  # confirmation rounds report through events only
+            self.confirming = True
+            self._start_status("confirmation")
+        assert self.line is not None
+        if text.startswith("confirmation round"):  # one per launch
+            self.confirm_launches = max(0, self.confirm_launches - 1)
+            self.launch_started = time.monotonic()
+        elif text.startswith("noise relaunch"):
+            self.noise_launches = max(0, self.noise_launches - 1)
+            self.launch_started = time.monotonic()
+        self.line.update(text)
+
+    def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
+        self._stop_status()
+        if result.duration_s > 1.0 and not result.accuracy_relaunched:  # a relaunch is not another trial
+            self.durations.append(result.duration_s)
+            self.finished.append(result)
+        if result.status == "ok":
+            line = (
+                f"  {self.objective.short} {_fmt(result.objective)} tok/s (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
+                f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
+                f"TTFT {_fmt(_median(result, 'ttft_ms.prose'), 0)} ms"
+            )
+            if result.needle:
+                line += f", {result.needle.summary()}"
+            if result.qeval:
+                line += f", {result.qeval.summary()}"
+            failed_gates = [g.gate for g in result.gates if g.status == "fail"]
+            if failed_gates:
+                line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+            unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
+            if unchecked_gates and result.dominated:
+                line += f"; [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
+            elif unchecked_gates and result.deferred:
+                line += f"; [dim]{', '.join(unchecked_gates)} deferred: {result.deferred}[/]"
+            elif unchecked_gates:
+                line += f" [yellow]unchecked: {', '.join(unchecked_gates)}[/]"
+        else:
+            line = f"  [red]{verdict(result)}[/]"
+        gates_relaunch = result.phase_s.get("gates relaunch") if result.accuracy_relaunched else None
+        took = f"gates relaunch {gates_relaunch:.0f} s" if gates_relaunch is not None else f"{result.duration_s:.0f} s"
+        line += f" [dim]({took})[/]"
+        self.console.print(line)
+        if best is not None:
+            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s {self.objective.short} "
+                               f"({best.candidate.label()})")
+        left = self.total - self.launched
+        eta = self._eta_for(left)
+        if eta is not None and self.durations:
+            relaunch = f" + {self.relaunches} gates relaunch" if self.relaunches else ""
+            relaunch += f" + {self.noise_launches} noise relaunch" if self.noise_launches else ""
+            self.console.print(
+                f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
+                f"elapsed; ETA {fmt_duration(eta)} (median trial "
+                f"{fmt_duration(statistics.median(self.durations))} x {left} left{relaunch} + "
+                f"{self.confirm_launches} confirmation launches)[/]"
+            )
+
+    def trial_skipped(self, result: TrialResult) -> None:
+        self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
+
+    def learned(self, text: str) -> None:
+        self.console.print(f"  [yellow]{text}[/]", highlight=False)
+
+    def relaunch_started(self, text: str) -> None:
+        self.relaunches = max(0, self.relaunches - 1)
+        self.console.print(f"[bold]{text}[/]")
+        self._start_status(text.split(":", 1)[0])
+
+    def close(self) -> None:
+        self._stop_status()
+
+
+QUICK_S = 15 * 60  # longer than this, the forecast says how to get a first answer sooner
+
+
+def forecast_text(plan: RunForecast) -> str:
+    resumed = f", {plan.measured} already measured" if plan.measured else ""
+    confirm = (
+        f" + {plan.confirm_rounds} confirmation rounds ({2 * plan.confirm_rounds} launches, decode only)"
+        if plan.confirm_rounds
+        else ""
+    )
+    sooner = (
+        "; a first answer sooner: --trials 3 --confirm-rounds 0 --no-accuracy, or --time-budget MIN"
+        if plan.total_s is not None and plan.total_s > QUICK_S
+        else ""
+    )
+    relaunch = f" + {plan.relaunches} gates relaunch of the final best" if plan.relaunches else ""
+    if plan.noise_relaunches:
+        relaunch += f" + {plan.noise_relaunches} noise relaunch(es) of the baseline (decode only)"
+    gates = (
+        f"; needle and qeval in {plan.gated} of them (+{fmt_duration(plan.gates_s)} each)"
+        if plan.gated and plan.gates_s is not None
+        else ""
+    )
+    return (
+        f"[bold]plan[/] study {plan.study}: {plan.candidates_total} candidates, {plan.candidates_left} left to try "
+        f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
+        f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
+        f"{plan.basis}{gates}){sooner}"
+    )
+
+
+def table_caption(objective: Objective) -> str:
+    return (f"tok/s: the objective, {objective.label}; pred.: the planner's prediction (decode, 1 stream); "
+            "prose, struct: decode tok/s of each prompt set; prefill: cold prefill tok/s at the longest prompt")
+
+
+WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
+
+
+def _cells(t: TrialResult) -> dict[str, str]:
+    prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
+    return {
+        "tok/s": _fmt(t.objective),
+        "pred.": _fmt(t.predicted.get("decode_tps"), 0),
+        "prose": _fmt(_median(t, "decode_tps.prose")),
+        "struct": _fmt(_median(t, "decode_tps.structured")),
+        "TTFT ms": _fmt(_median(t, "ttft_ms.prose"), 0),
+        "prefill": _fmt(prefill[-1] if prefill else None, 0),
+        "needle": ("pass" if all(c.passed for c in t.needle.cases) else "FAIL") if t.needle else "-",
+        "qeval": f"{t.qeval.correct}/{t.qeval.total}" if t.qeval else "-",
+    }
+
+
+def _number_cell(t: TrialResult, best: TrialResult | None) -> str:
+    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}"
+
+
+def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
+    """The trials of a study. At `width` < WIDE_COLUMNS (80 columns, or piped) each trial is one
+    stacked cell: config, then the numbers, then the verdict, so nothing is ever dropped."""
+    best = outcome.best
+    base = outcome.baseline.candidate if outcome.baseline else None
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    if width is not None and width < WIDE_COLUMNS:
+        table = Table(title=f"study {outcome.name}", caption=table_caption(outcome.objective), show_lines=True)
+        table.add_column("#", no_wrap=True)
+        table.add_column("config / numbers / verdict", overflow="fold")
+        for t in launched:
+            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t).items())
+            cell = Text()
+            cell.append(diff_label(t.candidate, base), style="bold")
+            cell.append("\n" + numbers)
+            cell.append("\n" + verdict(t), style="green" if verdict(t) == "ok" else "red")
+            table.add_row(_number_cell(t, best), cell)
+        return table
+    table = Table(title=f"study {outcome.name}", caption=table_caption(outcome.objective), show_lines=False)
+    # short cells never wrap: on a narrow terminal config and verdict take the squeeze
+    table.add_column("#", no_wrap=True)
+    table.add_column("config", overflow="fold", min_width=16)
+    for col in ("tok/s", "pred.", "prose", "struct", "TTFT ms", "prefill", "needle", "qeval"):
+        table.add_column(col, no_wrap=True, justify="right")
+    table.add_column("verdict", overflow="fold", min_width=8)
+    for t in launched:
+        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t).values(), verdict(t))
+    return table
+
+
+def print_trials(console: Console, outcome: StudyOutcome) -> None:
+    console.print(trials_table(outcome, console.width))
+    if outcome.skipped_reasons:
+        console.print("[bold]pruned before launching[/] (reason: count)")
+        for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):
+            console.print(f"  {reason}: {count}")
+
+
+def phases_table(outcome: StudyOutcome) -> Table | None:
+    """Seconds per phase of each launched trial (None when no trial recorded its phases)."""
+    from autotune.trial.phases import PHASES
+
+    timed = [t for t in outcome.trials if t.status != "skipped" and t.phase_s]
+    if not timed:
+        return None
+    used = [p for p in PHASES if any(p in t.phase_s for t in timed)]
+    table = Table(title="seconds per phase", caption="start: launch to healthy; teardown: stopping the engine")
+    table.add_column("#", no_wrap=True)
+    for phase in [*used, "total"]:
+        table.add_column(phase, no_wrap=True, justify="right")
+    for t in timed:
+        table.add_row(str(t.number), *(_fmt(t.phase_s.get(p)) if p in t.phase_s else "-" for p in used), _fmt(t.duration_s))
+    return table
+
+
+def start_table(outcome: StudyOutcome) -> Table | None:
+    """Where each start went, from the engine's log (None when no trial's engine logged it):
+    weights, torch.compile, CUDA graphs, the rest of the engine's init (profiling, KV cache, warm-up),
+    and what lies outside the engine's init (process start, imports, the API server)."""
+    timed = [t for t in outcome.trials if t.start_parts_s and t.phase_s.get("start") is not None]
+    if not timed:
+        return None
+    table = Table(title="where the start went (s)", caption="from the engine's log; outside init: process "
+                  "start, imports, API server")
+    for column in ("#", "start", "weights", "compile", "graphs", "rest of init", "outside init"):
+        table.add_column(column, no_wrap=True, justify="left" if column == "#" else "right")
+    for t in timed:
+        p, start = t.start_parts_s, t.phase_s["start"]
+        init = p.get("engine_init")
+        rest = init - p.get("compile", 0.0) - p.get("cuda_graphs", 0.0) if init is not None else None
+        outside = start - p.get("weights", 0.0) - init if init is not None else None
+        table.add_row(str(t.number), _fmt(start), _fmt(p.get("weights")), _fmt(p.get("compile")),
+                      _fmt(p.get("cuda_graphs")), _fmt(rest), _fmt(outside))
+    return table
+
+
+def print_phases(console: Console, outcome: StudyOutcome) -> None:
+    for table in (phases_table(outcome), start_table(outcome)):
+        if table is not None:
+            console.print(table)
+
+
+def print_best(console: Console, outcome: StudyOutcome) -> None:
+    best, base = outcome.best, outcome.baseline
+    noise = outcome.noise
+    noise_text = noise.describe() if noise else "launch-to-launch noise unknown (no config launched twice here yet)"
+    if best is None:
+        console.print("[red]no trial ran and passed every gate with evidence: no winner[/]")
+        unchecked = [t for t in outcome.trials if t.status == "ok" and verdict(t).startswith("unchecked")]
+        if unchecked:
+            console.print(f"  {len(unchecked)} trial(s) ran but have unchecked gates: {verdict(unchecked[0])}")
+        return
+    console.print(f"[bold green]best: trial {best.number}[/] {diff_label(best.candidate, base.candidate if base else None)}")
+    if not outcome.accuracy:
+        console.print("  [yellow]accuracy unchecked: the study runs with --no-accuracy (throughput only)[/]")
+    if base and base.objective and best.objective and best.number != base.number:
+        ratio = best.objective / base.objective
+        judged = single_launch_verdict(ratio, noise)
+        console.print(
+            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s {outcome.objective.short}: x{ratio:.2f}, one launch each "
+            f"({judged}; {noise_text})"
+        )
+    elif best.number == 0:
+        console.print("  the baseline (engine defaults) is the best config measured")
+    # dominated trials count too: below the best's score, but maybe not beyond the noise
+    skipped = [t for t in outcome.trials if t.status == "ok" and (t.dominated or t.deferred)]
+    others = [*outcome.ranked[1:], *(t for t in skipped if (t.score or 0.0) <= (best.score or 0.0))]
+    tied = [f"{t.number}{' (gates skipped)' if t.dominated or t.deferred else ''}" for t in others
+            if t.objective and best.objective and single_launch_inside(best.objective / t.objective, noise)]
+    if tied:
+        console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(tied)}")
+    ahead = [str(t.number) for t in skipped if (t.score or 0.0) > (best.score or 0.0)]
+    if ahead:  # e.g. the time budget ended the study before their deferred gates ran
+        console.print(f"  [yellow]faster by score, gates never run (unchecked): trial(s) {', '.join(ahead)}[/]")
+    c = outcome.confirmation
+    if c and c.best_trial == best.number:
+        console.print(
+            f"  confirmation: {c.verdict}; best {[round(x, 1) for x in c.best_samples]} vs "
+            f"baseline {[round(x, 1) for x in c.baseline_samples]} tok/s"
+        )
+    elif best.number != 0:
+        console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
+    for failed in outcome.failed_classes():
+        console.print(f"  [yellow]numerics class failed accuracy[/]: {failed.describe()}", highlight=False)
+    for i, t in enumerate(outcome.tradeoffs_of(best)):
+        if i == 0:
+            console.print("  [yellow]trades away[/] (worse than the baseline beyond the launch noise, one launch each):")
+        console.print(f"    {t.describe()}", highlight=False)
+
+
+def print_outcome(console: Console, plan: SearchPlan, outcome: StudyOutcome) -> None:
+    print_trials(console, outcome)
+    print_best(console, outcome)
+    if outcome.exhausted:
+        console.print("every candidate that survives pruning has been measured")
+    if outcome.stopped:
+        console.print(f"stopped early: {outcome.stopped}")
+    console.print(f"results in {plan.db_path}; `autotune export --db {plan.db_path} --study {outcome.name}` writes the recipe")
+
+
+def print_launch(console: Console, launch: LaunchSpec) -> None:
+    """Each node's environment and argv as one shell line, under a `# node N (role)` line."""
+    from autotune.output.recipe import shell_lines
+
+    for line in shell_lines(launch):
+        for part in line.splitlines():
+            console.print(f"  {part}", markup=False, highlight=False)
+
+
+def print_dry_run(console: Console, plan: SearchPlan) -> None:
+    from autotune.launchers.cluster import is_placeholder, placeholder_note
+    from autotune.output.recipe import portable_launch
+    from autotune.commands.search import surviving
+
+    rows = surviving(plan)
+    kept = [c for c, why in rows if why is None]
+    console.print(
+        f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
+        f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
+    )
+    cluster = plan.ctx.cluster
+    if cluster is not None and is_placeholder(cluster):
+        console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
+    for i, candidate in enumerate(kept):
+        launch = portable_launch(plan.ctx.render(candidate))
+        console.print(f"[bold]#{i}[/] {candidate.label()}")
+        print_launch(console, launch)
+    dropped: dict[str, int] = {}
+    for _, why in rows:
+        if why:
+            dropped[why] = dropped.get(why, 0) + 1
+    for why, count in sorted(dropped.items(), key=lambda x: -x[1]):
+        console.print(f"[dim]pruned {count}: {why}[/]")
+
+
+def print_classification(console: Console, path: Path, found: FailureInfo | None) -> None:
+    if found is None:
+        console.print(f"{path}: the log shows no known failure")
+        return
+    console.print(f"[bold]{found.failure_class}[/]: {found.message}")
+    if found.feature:
+        console.print(f"  feature: {found.feature}")
+    if found.implicates:
+        console.print(f"  implicates knobs: {', '.join(found.implicates)}")
+    if found.fix:
+        console.print(f"  fix: {found.fix}")
+    for line in found.evidence:
+        console.print(f"  > {line}", markup=False, highlight=False)
+
+
+def print_probe(console: Console, result: Any) -> None:
+    dev = result.device
+    console.print(f"[bold]host[/] {dev.hostname}: {dev.cpu_model or 'cpu'} ({dev.cpu_cores} cores), "
+                  f"{dev.memory_total_gb:.1f} GB RAM")
+    for gpu in dev.gpus:
+        console.print(
+            f"  GPU {gpu.index}: {gpu.name} {gpu.compute_capability}, "
+            f"{_fmt(gpu.total_memory_gb)} GB{' unified' if gpu.unified_memory else ''}"
+        )
+    for note in dev.notes:
+        console.print(f"  [dim]{note}[/]")
+    table = Table(title=f"capabilities ({result.engine} {result.engine_version or ''})".strip())
+    for col in ("feature", "status", "class", "evidence"):
+        table.add_column(col, overflow="fold")
+    colors = {"works": "green", "fails": "red", "unsupported": "yellow", "untested": "dim"}
+    for p in result.results:
+        table.add_row(p.feature, f"[{colors[p.status]}]{p.status}[/]", p.signature or "", p.evidence[:200])
+    console.print(table)
+    if result.resumed:
+        console.print(f"resumed: {result.resumed} cell(s) an earlier probe left untested were launched now")
+    if result.reused:
+        console.print("[dim]stored results reused (same host fingerprint); --refresh probes again[/]")
+    print_untested(console, result.results)
+
+
+def print_untested(console: Console, results: list[Any]) -> None:
+    from autotune.probe.order import untested_summary
+
+    untested = untested_summary(r for r in results if r.params)
+    if not untested:
+        return
+    console.print(f"[yellow]{sum(untested.values())} launch cell(s) stayed untested[/]; `autotune probe` again launches them:")
+    for why, count in sorted(untested.items(), key=lambda x: -x[1]):
+        console.print(f"  {count}: {why}")
+
+
+def print_learned(console: Console, learned: list[Any]) -> None:
+    """The knob values failures taught this study to skip, with the class and the trial."""
+    if not learned:
+        return
+    console.print("[bold]learned from failures[/] (skipped from now on, on this host)")
+    for row in learned:
+        values = ", ".join(f"{k}={v}" for k, v in row.knob_values.items())
+        console.print(f"  {values}: {row['failure_class']} in trial {row['trial']}", markup=False, highlight=False)
+
+
+def print_isolations(console: Console, isolations: list[Any]) -> None:
+    """What isolating unexplained failures found (autotune/failures/learning.py), and what it cost."""
+    if not isolations:
+        return
+    launches = sum(i.launches for i in isolations)
+    console.print(f"[bold]isolated failures[/] ({launches} extra launch{'es' if launches != 1 else ''} in all)")
+    for isolation in isolations:
+        console.print(f"  {isolation.summary()}", markup=False, highlight=False)
+
+
+def print_plan(console: Console, plan_report: PlanReport) -> None:
+    console.print(render_plan_table(plan_report))
+    if plan_report.launch is not None:
+        console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
+        print_launch(console, plan_report.launch)
+    if plan_report.hosts_note:
+        console.print(plan_report.hosts_note, markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------- the plan's table
+
+
+def _plan_fmt(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def _common(lists: list[list[str]]) -> list[str]:
+    """Items every list has, in the first list's order."""
+    if not lists:
+        return []
+    shared = set(lists[0]).intersection(*map(set, lists[1:]))
+    return [item for item in lists[0] if item in shared]
+
+
+def render_plan_table(report: PlanReport) -> Table:
+    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
+    terms shared by every row go to the caption; rows show what differs."""
+    rows = report.kept + report.dropped
+    tokens = [est.label.split(" ") for est in rows]
+    shared = _common(tokens)
+    shared_unknown = _common([est.unknown for est in report.kept])
+    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
+    if shared:
+        caption.append("every candidate: " + " ".join(shared))
+    if shared_unknown:
+        caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
+    table = Table(
+        title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
+        f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
+        caption="\n".join(caption),
+        caption_justify="left",
+    )
+    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
+    table.add_column("candidate", overflow="fold", min_width=16)
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold", min_width=12)
+    for est, words in zip(rows, tokens):
+        label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
+        layout = f"{est.tp}x{est.pp}" if est.tp else "-"
+        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, est.usable_gb)]
+        if est.fits:
+            notes = [u for u in est.unknown if u not in shared_unknown]
+            if est.kv_pool_tokens is not None:
+                notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
+            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), _plan_fmt(est.prefill_tps, 0),
+                          "; ".join(notes))
+        else:
+            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
+    return table

@@ -1,0 +1,94 @@
+"""Fitting a hardware profile's efficiencies to published measurements (hardware_profiles.yaml).
+
+The planner's roofline (efficiency 1, no step overhead) is held against each calibration point:
+decode and prefill efficiency are the median measured / predicted ratio, the all-reduce step comes
+from decode at TP1 and TP=n on n nodes, the fixed per-step time from what a small model's
+measured step takes beyond its memory time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.hardware.profiles import calibration_points, get_profile
+from autotune.models import Candidate, HardwareProfile, ModelSpec, SearchSpace
+from autotune.planner.roofline import estimate
+
+
+def bare_roofline(hardware: HardwareProfile) -> HardwareProfile:
+    """The profile with its fitted numbers taken out: efficiency 1, no fixed step time."""
+    return hardware.model_copy(update={
+        "decode_efficiency": 1.0, "prefill_efficiency": 1.0, "step_overhead_ms": None, "eager_step_overhead_ms": None,
+    })
+
+
+def fit_efficiency(pairs: list[tuple[float, float]]) -> float:
+    """Median of measured / predicted over (predicted_roofline_tps, measured_tps) pairs."""
+    ratios = [measured / predicted for predicted, measured in pairs if predicted > 0 and measured > 0]
+    if not ratios:
+        raise ValueError("fit_efficiency needs at least one pair with positive numbers")
+    return statistics.median(ratios)
+
+
+def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: int) -> float:
+    """One ring all-reduce step between nodes, in microseconds, from decode at TP1 and at TP=tp
+    on tp nodes: 1/tp_tps = 1/(tp x single_tps) + 2 x n_layers x 2(tp-1) x step. Assumes the
+    memory time splits evenly over the TP ranks."""
+    comm_s = 1 / tp_tps - 1 / (tp * single_tps)
+    return comm_s / (2 * n_layers * 2 * (tp - 1)) * 1e6
+
+
+def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, int]:
+    params = point.get("params", {})
+    space = SearchSpace(
+        name=point["name"], engine=point.get("engine", "vllm"), model=ModelSpec(**point["model"]),
+        fixed=params, knobs=[],
+    )
+    return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
+
+
+def _on_cores(hardware: HardwareProfile, point: dict[str, Any]) -> HardwareProfile:
+    """A CPU calibration point measured on `cores` cores: the profile's compute scaled as
+    `--hardware auto` scales it on such a host."""
+    cores = point.get("cores")
+    if not cores or not hardware.nominal_cores:
+        return hardware
+    return hardware.model_copy(update={"bf16_tflops": hardware.bf16_tflops * cores / hardware.nominal_cores,
+                                       "cpu_cores": cores})
+
+
+def calibrate(profile_name: str) -> dict[str, float | None]:
+    """Refit a profile's decode/prefill efficiency and all-reduce step from its calibration points
+    in hardware_profiles.yaml; None where it has no points."""
+    hardware = get_profile(profile_name)
+    points = calibration_points(profile_name)
+    bare = bare_roofline(hardware)
+    out: dict[str, float | None] = {}
+    for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
+        pairs = []
+        for point in points.get(kind, []):
+            space, candidate, nodes = _calibration_case(point)
+            predicted = getattr(estimate(space, candidate, _on_cores(bare, point), nodes), attr)
+            if predicted is None:
+                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+            pairs.append((predicted, float(point["measured_tps"])))
+        out[f"{kind}_efficiency"] = fit_efficiency(pairs) if pairs else None
+    steps = [
+        fit_allreduce_step_us(p["single_tps"], p["tp_tps"], p["tp"], p["n_layers"])
+        for p in points.get("allreduce", [])
+    ]
+    out["allreduce_step_us"] = statistics.median(steps) if steps else None
+    # fixed per-step time: what a small model's measured step takes beyond its memory time
+    fitted = bare.model_copy(update={"decode_efficiency": out["decode_efficiency"] or 1.0})
+    for kind in ("step_overhead", "eager_step_overhead"):
+        overheads = []
+        for point in points.get(kind, []):
+            space, candidate, nodes = _calibration_case(point)
+            predicted = estimate(space, candidate, fitted, nodes).decode_tps
+            if predicted is None:
+                raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+            overheads.append(1000 / float(point["measured_tps"]) - 1000 / predicted)
+        out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
+    return out

@@ -1,0 +1,606 @@
+"""`autotune space new`: a search space for your own model, written from its config.json.
+
+Read (a Hugging Face config.json; a multimodal wrapper's `text_config` is merged in): layers,
+hidden size, heads, KV heads, head size, vocabulary, MLP and expert sizes, MLA ranks,
+sliding-window layers, MTP layers, attention sinks and the checkpoint's `quantization_config`.
+
+Decided, each decision written into the YAML's header with its reason:
+- parameter counts from the shapes (total, and read per token for MoE) and bits per weight from
+  the checkpoint's format: the planner's memory and roofline inputs;
+- the knobs that apply to this architecture on this hardware: KV dtype, attention backend,
+  online FP8 for a 16-bit checkpoint, speculative decoding (the model's MTP heads, else n-gram
+  lookup), concurrent sequences;
+- the memory fit: the longest `max_model_len` of MAX_MODEL_LENS at which the baseline fits on
+  every node; a 16-bit checkpoint that fits nowhere is quantized online to fp8 when that fits;
+  a model that fits in neither form is refused;
+- Spark seed-recipe settings in `fixed` (as in search_spaces/minimax-m3.1-flash-spark4.yaml): TP
+  over the boxes, gpu_memory_utilization 0.80, Marlin MoE for 4-bit and MXFP8 experts, Triton
+  attention for attention sinks, the Ray launcher, a long boot timeout.
+The space is validated as `autotune search` loads one (engine knobs, layout, memory fit) before
+anything is written. Nothing is downloaded: the config must be on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from autotune import __version__
+from autotune.model import config as model_config
+from autotune.errors import ConfigError
+from autotune.hardware.profiles import get_profile
+from autotune.model.config import config_file, text_fields
+from autotune.models import HardwareProfile, KnobSpec, ModelSpec, Rule, Scalar, SearchSpace, Workload
+from autotune.planner.roofline import estimate
+from autotune.space.candidates import baseline, count_candidates
+from autotune.yaml_files import first_errors
+
+#: max_model_len values tried, longest first (the shipped 4-Spark seed recipe runs 262,144)
+MAX_MODEL_LENS = (262144, 131072, 65536, 32768, 16384, 8192, 4096)
+#: the common safe value on GB10; 0.85 OOMed at runtime for MiniMax-M3 (multinode-spark.md §6)
+UNIFIED_MEMORY_GMU = 0.80
+PREFILL_DEPTHS = (4096, 16384, 65536)
+#: checkpoint formats whose MoE experts run on Marlin on sm_12x (capabilities.md §7)
+MARLIN_MOE_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8", "int4"})
+LINEAR_GROUPS = ("attention", "dense_mlp", "experts", "shared")
+ONLINE_FP8_WHY = "quantization null/fp8: a 16-bit checkpoint can be quantized online to FP8"
+
+
+# ---------------------------------------------------------------------- reading config.json
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The facts of config.json a space needs (sizes in elements, not bytes)."""
+
+    name: str
+    model_type: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int | None
+    tied_embeddings: bool
+    context_max: int | None
+    n_experts: int = 0
+    experts_per_tok: int = 0
+    expert_intermediate: int | None = None
+    shared_intermediate: int = 0  # width of the shared experts of one MoE layer, all together
+    moe_layers: int = 0
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    sliding_layers: int = 0
+    sliding_window: int | None = None
+    mtp_layers: int = 0
+    attention_sinks: bool = False
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return bool(self.kv_lora_rank)
+
+    def summary(self) -> str:
+        heads = (
+            f"MLA (KV latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
+            if self.is_mla
+            else f"{self.n_heads} heads / {self.n_kv_heads} KV heads x {self.head_dim}"
+        )
+        parts = [self.name, f"{self.n_layers} layers", f"hidden {self.hidden_size}", heads]
+        if self.is_moe:
+            parts.append(f"{self.n_experts} experts ({self.experts_per_tok} per token) in {self.moe_layers} layers")
+        if self.sliding_layers:
+            parts.append(f"{self.sliding_layers} sliding-window layers ({self.sliding_window} tokens)")
+        if self.mtp_layers:
+            parts.append(f"{self.mtp_layers} MTP layer(s)")
+        if self.attention_sinks:
+            parts.append("attention sinks")
+        parts.append(f"context {self.context_max}" if self.context_max else "context not stated")
+        return ", ".join(parts)
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    return next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+
+
+def read_config(model: str) -> tuple[dict[str, Any], Path]:
+    """config.json of a model directory (or the file itself) and the model directory."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"{model} does not exist; autotune downloads nothing: put the model (or just its config.json) on disk "
+            "first, e.g. `hf download ORG/NAME config.json --local-dir DIR`, and pass --model DIR"
+        )
+    config = config_file(path)
+    if not config.is_file():
+        raise ConfigError(f"{path} holds no config.json (a Hugging Face checkpoint directory has one)")
+    return model_config.read_config(config), config.parent.resolve()
+
+
+def _moe_layer_count(c: dict[str, Any], n_layers: int) -> int:
+    if c.get("decoder_sparse_step") is not None:  # Qwen MoE: every step-th layer, minus mlp_only_layers
+        step = int(c["decoder_sparse_step"]) or 1
+        dense = set(c.get("mlp_only_layers") or [])
+        return sum(1 for i in range(n_layers) if (i + 1) % step == 0 and i not in dense)
+    first_dense = int(c.get("first_k_dense_replace") or 0)  # DeepSeek / GLM: dense first layers
+    freq = int(c.get("moe_layer_freq") or 1)
+    return sum(1 for i in range(first_dense, n_layers) if i % freq == 0)
+
+
+def architecture(cfg: dict[str, Any]) -> Architecture:
+    """The Architecture of a config.json; ConfigError naming the first missing key."""
+    c = text_fields(cfg)
+    required = {
+        "num_hidden_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
+        "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),
+        "num_attention_heads": _first(c, "num_attention_heads", "n_head"),
+        "vocab_size": c.get("vocab_size"),
+    }
+    missing = [k for k, v in required.items() if v is None]
+    if missing:
+        raise ConfigError(
+            f"config.json has no {missing[0]}: not the config of a decoder LLM autotune can read "
+            f"(it needs {', '.join(required)})"
+        )
+    n_layers, hidden = int(required["num_hidden_layers"]), int(required["hidden_size"])
+    heads = int(required["num_attention_heads"])
+    n_experts = int(_first(c, "num_local_experts", "num_experts", "n_routed_experts") or 0)
+    expert_width = _first(c, "moe_intermediate_size", "intermediate_size") if n_experts else None
+    shared = int(c.get("n_shared_experts") or 0) * int(expert_width or 0) + int(c.get("shared_expert_intermediate_size") or 0)
+    layer_types = c.get("layer_types") if isinstance(c.get("layer_types"), list) else []
+    sliding = sum(1 for t in layer_types if "sliding" in str(t)) if c.get("sliding_window") else 0
+    archs = c.get("architectures") or []
+    return Architecture(
+        name=str(archs[0]) if archs else str(c.get("model_type", "unknown")),
+        model_type=str(c.get("model_type", "")),
+        n_layers=n_layers,
+        hidden_size=hidden,
+        n_heads=heads,
+        n_kv_heads=int(_first(c, "num_key_value_heads", "num_kv_heads") or heads),
+        head_dim=int(c.get("head_dim") or hidden // heads),
+        vocab_size=int(required["vocab_size"]),
+        intermediate_size=c.get("intermediate_size"),
+        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        context_max=c.get("max_position_embeddings"),
+        n_experts=n_experts,
+        experts_per_tok=int(_first(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0),
+        expert_intermediate=int(expert_width) if expert_width else None,
+        shared_intermediate=shared,
+        moe_layers=_moe_layer_count(c, n_layers) if n_experts else 0,
+        kv_lora_rank=c.get("kv_lora_rank"),
+        q_lora_rank=c.get("q_lora_rank"),
+        qk_nope_head_dim=c.get("qk_nope_head_dim"),
+        qk_rope_head_dim=c.get("qk_rope_head_dim"),
+        v_head_dim=c.get("v_head_dim"),
+        sliding_layers=sliding,
+        sliding_window=c.get("sliding_window") if sliding else None,
+        mtp_layers=int(_first(c, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0),
+        attention_sinks=c.get("model_type") == "gpt_oss",  # learned per-head sinks in every attention layer
+    )
+
+
+# ---------------------------------------------------------------------- counting parameters
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters by group, whole model, biases and norms left out. `active_experts` is what one
+    token reads of the routed experts (experts_per_tok of them per MoE layer)."""
+
+    embedding: float
+    lm_head: float
+    attention: float
+    dense_mlp: float
+    experts: float
+    shared: float
+    active_experts: float
+
+    @property
+    def total(self) -> float:
+        return self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts + self.shared
+
+    @property
+    def active(self) -> float:
+        """Read per decoded token: every layer's attention, dense MLP, shared experts and routers, the
+        routed experts it picks, and the output projection (the input embedding is a row lookup)."""
+        head = self.lm_head or self.embedding
+        return self.attention + self.dense_mlp + self.shared + self.active_experts + head
+
+    def group(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+def count_params(arch: Architecture) -> ParamCount:
+    h = arch.hidden_size
+    if arch.is_mla:
+        nope, rope = arch.qk_nope_head_dim or 0, arch.qk_rope_head_dim or 0
+        v = arch.v_head_dim or arch.head_dim
+        q_width = arch.n_heads * (nope + rope)
+        q = h * arch.q_lora_rank + arch.q_lora_rank * q_width if arch.q_lora_rank else h * q_width
+        kv = h * ((arch.kv_lora_rank or 0) + rope) + (arch.kv_lora_rank or 0) * arch.n_heads * (nope + v)
+        per_layer_attention = q + kv + arch.n_heads * v * h
+    else:
+        d = arch.head_dim
+        per_layer_attention = 2 * h * arch.n_heads * d + 2 * h * arch.n_kv_heads * d
+    dense_layers = arch.n_layers - arch.moe_layers
+    mlp = 3 * h * (arch.intermediate_size or 4 * h)  # gate, up, down
+    expert = 3 * h * (arch.expert_intermediate or 0)
+    per_moe_shared = 3 * h * arch.shared_intermediate + h * arch.n_experts  # shared experts + router
+    embedding = arch.vocab_size * h
+    return ParamCount(
+        embedding=embedding,
+        lm_head=0.0 if arch.tied_embeddings else embedding,
+        attention=arch.n_layers * per_layer_attention,
+        dense_mlp=dense_layers * mlp,
+        experts=arch.moe_layers * arch.n_experts * expert,
+        shared=arch.moe_layers * per_moe_shared,
+        active_experts=arch.moe_layers * arch.experts_per_tok * expert,
+    )
+
+
+# ---------------------------------------------------------------------- the checkpoint's format
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How the weights are stored: `format` names it, `bits` per quantized weight (scales included),
+    `quantized` the parameter groups stored that way (the rest, embeddings included, stay 16-bit)."""
+
+    format: str
+    bits: float
+    quant_method: str | None = None
+    quantized: tuple[str, ...] = ()
+    fp8_kv_scales: bool = False
+
+    @property
+    def is_16bit(self) -> bool:
+        return self.quant_method is None
+
+    def weight_bits(self, params: ParamCount) -> float:
+        quantized = sum(params.group(g) for g in self.quantized)
+        return (quantized * self.bits + (params.total - quantized) * 16) / params.total
+
+
+def _kept_16bit(qc: dict[str, Any]) -> tuple[str, ...]:
+    """The linear groups a quantization_config quantizes, from its lists of modules left alone."""
+    names = " ".join(str(n) for key in ("modules_to_not_convert", "ignore", "exclude_modules") for n in qc.get(key) or [])
+    skipped = {"attention"} if re.search(r"attn|attention", names) else set()
+    return tuple(g for g in LINEAR_GROUPS if g not in skipped)
+
+
+def checkpoint_format(cfg: dict[str, Any]) -> Checkpoint:
+    qc = cfg.get("quantization_config")
+    if not isinstance(qc, dict) or not qc.get("quant_method"):
+        dtype = str(_first(cfg, "torch_dtype", "dtype") or "bfloat16")
+        return Checkpoint(format="fp16" if dtype == "float16" else "bf16", bits=16.0)
+    method = str(qc["quant_method"]).lower()
+    groups = _kept_16bit(qc)
+    kv_scales = str(qc.get("kv_cache_quant_algo") or qc.get("kv_cache_scheme") or "").upper().startswith("FP8")
+    if method == "fp8":
+        return Checkpoint(format="fp8", bits=8.0, quant_method=method, quantized=groups)
+    if method == "mxfp4":
+        return Checkpoint(format="mxfp4", bits=4.25, quant_method=method, quantized=groups)  # e2m1 + e8m0 per 32
+    if method in ("modelopt", "modelopt_fp4"):
+        algo = str(qc.get("quant_algo") or ("NVFP4" if method == "modelopt_fp4" else "FP8")).upper()
+        fmt, bits = {"FP8": ("fp8", 8.0), "MXFP8": ("mxfp8", 8.25)}.get(algo, ("nvfp4", 4.5))  # e2m1 + fp8 per 16
+        return Checkpoint(format=fmt, bits=bits, quant_method=method, quantized=groups, fp8_kv_scales=kv_scales)
+    if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
+        n = int(qc.get("bits") or qc.get("w_bit") or 4)
+        group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
+        extra = (16 + n) / group if group > 0 else 0.0  # a 16-bit scale and an n-bit zero per group
+        return Checkpoint(format=f"int{n}", bits=n + extra, quant_method=method, quantized=groups)
+    if method == "compressed-tensors":
+        weights = next(
+            (g.get("weights") for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict) and g.get("weights")),
+            None,
+        )
+        if isinstance(weights, dict) and weights.get("num_bits"):
+            n, kind = int(weights["num_bits"]), str(weights.get("type", "int"))
+            if kind == "float" and n == 4:
+                fmt, bits = "nvfp4", 4.5
+            elif kind == "float":
+                fmt, bits = "fp8", float(n)
+            else:
+                group = int(weights.get("group_size") or 0)
+                fmt, bits = f"int{n}", n + (16 / group if group > 0 else 0.0)
+            return Checkpoint(format=fmt, bits=bits, quant_method=method, quantized=groups, fp8_kv_scales=kv_scales)
+    raise ConfigError(
+        f"quantization_config.quant_method {qc['quant_method']!r}: autotune does not know its bits per weight; "
+        "write the space by hand, starting from a shipped one (search_spaces/minimax-m3.1-flash-spark1.yaml "
+        "is an EXL3 checkpoint)"
+    )
+
+
+# ---------------------------------------------------------------------- building the space
+
+
+class NewSpace(BaseModel):
+    """A validated space, its YAML (with the header that gives every decision) and a summary line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    space: SearchSpace
+    text: str
+    summary: str
+
+
+@dataclass
+class _Draft:
+    """The space being assembled, and why each choice was made (the YAML header)."""
+
+    fixed: dict[str, Scalar] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    knobs: list[KnobSpec] = field(default_factory=list)
+    rules: list[Rule] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+
+    def knob(self, name: str, values: list[Scalar], description: str) -> None:
+        self.knobs.append(KnobSpec(name=name, values=values, default=values[0], description=description))
+
+    def drop_knob(self, name: str) -> None:
+        self.knobs = [k for k in self.knobs if k.name != name]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "model"
+
+
+def _check_tp(arch: Architecture, tp: int) -> None:
+    if arch.n_heads % tp:
+        raise ConfigError(
+            f"{arch.n_heads} attention heads do not split over tensor parallel size {tp} (vLLM needs heads divisible "
+            f"by it); pick --nodes dividing {arch.n_heads}"
+        )
+    if not arch.is_mla and arch.n_kv_heads % tp and tp % arch.n_kv_heads:
+        raise ConfigError(
+            f"{arch.n_kv_heads} KV heads and tensor parallel size {tp}: one must divide the other for vLLM"
+        )
+
+
+def _sm12x(profile: HardwareProfile) -> bool:
+    return (profile.compute_capability or "").startswith("sm_12")
+
+
+def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: HardwareProfile, nodes: int) -> None:
+    tp = nodes * max(profile.gpus_per_node, 1)
+    draft.fixed["tensor_parallel_size"] = tp
+    draft.why.append(f"tensor_parallel_size {tp}: one rank per GPU over {nodes} x {profile.name}")
+    if profile.unified_memory:
+        draft.fixed["gpu_memory_utilization"] = UNIFIED_MEMORY_GMU
+        draft.why.append(
+            f"gpu_memory_utilization {UNIFIED_MEMORY_GMU}: the common safe value on unified memory; more risks an "
+            "OOM under load or a wedged host (multinode-spark.md §6)"
+        )
+    if ckpt.is_16bit:
+        draft.knob("quantization", [None, "fp8"], "online FP8 (W8A8) of the 16-bit checkpoint; null = as stored")
+        draft.why.append(ONLINE_FP8_WHY)
+    else:
+        draft.why.append(f"quantization left out: vLLM reads the checkpoint's own ({ckpt.quant_method}) from config.json")
+    if arch.is_moe and ckpt.format in MARLIN_MOE_FORMATS and _sm12x(profile):
+        draft.fixed["moe_backend"] = "marlin"
+        draft.why.append(
+            f"moe_backend marlin: the {ckpt.format} MoE kernel that runs on {profile.compute_capability} "
+            "(capabilities.md §7)"
+        )
+    if arch.is_mla:
+        which = "it has one dense MLA backend on sm_12x (TRITON_MLA)" if _sm12x(profile) else "it picks the MLA backend"
+        draft.why.append(f"no kv_cache_dtype or attention_backend knob for an MLA model: vLLM decides; {which}")
+    else:
+        fp8_why = " (the checkpoint carries FP8 KV scales)" if ckpt.fp8_kv_scales else ""
+        draft.knob("kv_cache_dtype", [None, "fp8"], f"null = the model dtype; fp8 halves KV bytes{fp8_why}")
+        if arch.attention_sinks and _sm12x(profile):
+            draft.fixed["attention_backend"] = "TRITON_ATTN"
+            draft.why.append("attention_backend TRITON_ATTN: on sm_12x only Triton attention has attention sinks")
+        elif _sm12x(profile):
+            draft.knob("attention_backend", [None, "TRITON_ATTN", "FLASHINFER"], "null lets vLLM choose")
+            draft.why.append(
+                "attention_backend null/TRITON_ATTN/FLASHINFER: FLASH_ATTN is FA2 on sm_12x and takes no fp8 KV"
+            )
+            if arch.head_dim == 256:
+                draft.rules.append(
+                    Rule(
+                        when={"kv_cache_dtype": ["fp8"]},
+                        then={"attention_backend": ["TRITON_ATTN"]},
+                        reason="FlashInfer on sm_121 fails hd256 + fp8 KV (vllm#50331); unset, vLLM would pick it",
+                    )
+                )
+    if arch.mtp_layers:
+        draft.fixed["spec_method"] = "mtp"
+        draft.knob("draft_k", [0, 1, 2, 3], "MTP speculative tokens from the model's own MTP layers (0 = off)")
+        draft.why.append(f"spec_method mtp: config.json has {arch.mtp_layers} MTP layer(s)")
+    else:
+        draft.fixed["spec_method"] = "ngram"
+        draft.knob("draft_k", [0, 2, 4], "n-gram (prompt lookup) speculative tokens (0 = off)")
+        draft.why.append("spec_method ngram: no MTP layers or drafter named; prompt lookup needs no extra weights")
+    draft.knob("max_num_seqs", [None, 4, 16], "concurrent sequences (null = the engine default)")
+
+
+def _space(
+    name: str, model: ModelSpec, profile: HardwareProfile, nodes: int, draft: _Draft, context: int
+) -> SearchSpace:
+    prefill = [t for t in PREFILL_DEPTHS if t <= context // 2] or [max(context // 4, 256)]
+    return SearchSpace(
+        name=name,
+        description=f"{model.name} on {nodes} x {profile.name} (written by autotune space new from config.json)",
+        engine="vllm",
+        hardware=profile.name,
+        nodes=nodes,
+        launcher="ray" if nodes > 1 else "process",
+        model=model,
+        fixed={**draft.fixed, "max_model_len": context},
+        env=draft.env,
+        knobs=draft.knobs,
+        rules=draft.rules,
+        workload=Workload(
+            decode_max_tokens=256,
+            prefill_tokens=prefill,
+            concurrency=[1, 16] if nodes > 1 else [1, 4],
+            request_timeout_s=900,
+            startup_timeout_s=1800,
+        ),
+    )
+
+
+def _fit(name: str, model: ModelSpec, profile: HardwareProfile, nodes: int, draft: _Draft) -> tuple[SearchSpace, str]:
+    """The space at the longest context whose baseline fits; (16-bit) online fp8 when nothing else fits."""
+    top = model.context_max or MAX_MODEL_LENS[0]
+    lengths = [n for n in MAX_MODEL_LENS if n <= top] or [top]
+    if top < MAX_MODEL_LENS[0] and top not in lengths:
+        lengths.insert(0, top)
+    last_reason = ""
+    for attempt in ("as stored", "fp8"):
+        if attempt == "fp8":
+            if not any(k.name == "quantization" for k in draft.knobs):
+                break
+            draft.drop_knob("quantization")
+            draft.fixed["quantization"] = "fp8"
+            draft.why = [w for w in draft.why if w != ONLINE_FP8_WHY]
+            draft.why.append("quantization fp8 (fixed): the 16-bit weights fit at no context length, online FP8 does")
+        for length in lengths:
+            space = _space(name, model, profile, nodes, draft, length)
+            est = estimate(space, baseline(space), profile, nodes)
+            if est.fits:
+                budget = f" of the {est.engine_budget_gb:.1f} GB the engine takes" if est.engine_budget_gb else ""
+                how = "" if attempt == "as stored" else " (with online fp8 weights)"
+                return space, (
+                    f"max_model_len {length}: the longest of {', '.join(map(str, lengths))} at which the baseline fits; "
+                    f"it needs {est.total_gb:.1f} GB per {'GPU' if profile.gpus_per_node > 1 else 'node'}{budget}{how}"
+                )
+            last_reason = est.reason or ""
+    raise ConfigError(
+        f"{model.name} does not fit on {nodes} x {profile.name} even at {lengths[-1]} tokens: {last_reason}; "
+        "more boxes or a smaller checkpoint (NVFP4, or 4-bit AWQ/GPTQ) would"
+    )
+
+
+def _validate(space: SearchSpace, profile: HardwareProfile, nodes: int) -> SearchSpace:
+    """The checks `autotune search` makes when it loads a space (engine knobs, layout, candidates)."""
+    from autotune.engines import get_engine
+    from autotune.commands.search import launchable
+
+    text = yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
+    try:
+        loaded = SearchSpace.model_validate(yaml.safe_load(text))
+    except ValidationError as exc:  # a bug here, but say it plainly
+        raise ConfigError(f"the written space does not load: {first_errors(exc)}") from exc
+    engine = get_engine(loaded.engine).use_space(loaded)
+    launchable(loaded, engine, profile, nodes)
+    return loaded
+
+
+def _yaml(space: SearchSpace, header: list[str]) -> str:
+    data = space.model_dump(mode="json", exclude_defaults=True)
+    data["model"] = space.model.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["knobs"] = [  # every knob says its default (trial 0's value) out loud
+        {"name": k.name, "values": k.values, "default": k.default, "description": k.description} for k in space.knobs
+    ]
+    order = ["name", "description", "engine", "hardware", "nodes", "launcher", "model", "fixed", "env", "knobs", "rules",
+             "workload", "objective", "gates"]
+    ordered = {k: data[k] for k in order if k in data}
+    body = yaml.safe_dump(ordered, sort_keys=False, width=110, allow_unicode=True)
+    return "".join(f"# {line}\n" if line else "#\n" for line in header) + body
+
+
+def new_space(model: str, hardware: str, nodes: int, name: str | None = None) -> NewSpace:
+    """A validated search space for the model whose config.json is at `model`, on nodes x hardware."""
+    cfg, model_dir = read_config(model)
+    profile = get_profile(hardware)
+    if profile.gpus_per_node == 0:
+        raise ConfigError(
+            f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
+            "search_spaces/llamacpp-gemma3-270m.yaml"
+        )
+    arch = architecture(cfg)
+    _check_tp(arch, nodes * profile.gpus_per_node)
+    ckpt = checkpoint_format(cfg)
+    params = count_params(arch)
+    bits = ckpt.weight_bits(params)
+    label = model_dir.name
+    boxes = f"{profile.name}x{nodes}" if profile.name[-1].isdigit() else f"{profile.name}{nodes}"
+    name = name or f"{slug(label)}-{boxes}"
+    tokenizer = _json(model_dir / "tokenizer_config.json")
+    has_template = (model_dir / "chat_template.jinja").is_file() or "chat_template" in tokenizer
+    tokenizer_known = (model_dir / "tokenizer_config.json").is_file()
+    spec = ModelSpec(
+        name=label,
+        path=str(model_dir),
+        served_name=slug(label),
+        architecture=arch.name,
+        params_total_b=round(params.total / 1e9, 3),
+        params_active_b=round(params.active / 1e9, 3),
+        weight_bits=round(bits, 3),
+        n_layers=arch.n_layers,
+        hidden_size=arch.hidden_size,
+        n_heads=arch.n_heads,
+        n_kv_heads=arch.n_kv_heads,
+        head_dim=arch.head_dim,
+        kv_layers=(arch.n_layers - arch.sliding_layers) if arch.sliding_layers else None,
+        context_max=arch.context_max,
+        prompt_style="completion" if tokenizer_known and not has_template else "chat",
+        notes=f"written from config.json by autotune space new {__version__}; parameter counts from the shapes",
+    )
+    draft = _Draft()
+    if profile.unified_memory:
+        draft.env["VLLM_ENGINE_READY_TIMEOUT_S"] = "1800"  # GB10 boots take 5-15 min
+    if nodes > 1 and profile.name == "spark":
+        draft.env.update({"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"})  # as the 4-Spark MiniMax setups
+    _choose_knobs(draft, arch, ckpt, profile, nodes)
+    space, fit_why = _fit(name, spec, profile, nodes, draft)
+    space = _validate(space, profile, nodes)
+    style = (
+        "prompt_style chat: the tokenizer has a chat template" if has_template
+        else "prompt_style completion: the tokenizer has no chat template (a base model)" if tokenizer_known
+        else "prompt_style chat: assumed (no tokenizer_config.json next to config.json); set completion for a base model"
+    )
+    header = [
+        f"{space.name}: written by `autotune space new` ({__version__}) from {model_dir.name}/config.json for "
+        f"{nodes} x {profile.name}.",
+        f"config.json: {arch.summary()}.",
+        f"Counted from the shapes: {params.total / 1e9:.1f}B parameters, {params.active / 1e9:.1f}B read per token; "
+        f"checkpoint {ckpt.format} = {bits:.2f} bits/weight on average (embeddings and unquantized layers at 16).",
+        f"Memory fit on {profile.name}: {fit_why}.",
+        "Choices:",
+        *(f"- {line}" for line in [*draft.why, style]),
+        "Knob defaults are the engine's own (null = flag left out), so trial 0 is the untuned baseline.",
+        "Edit freely; `autotune plan --space THIS_FILE` re-checks it.",
+        "",
+    ]
+    text = _yaml(space, header)
+    summary = (
+        f"space {space.name}: {count_candidates(space)} candidates on {nodes} x {profile.name}; "
+        f"{params.total / 1e9:.1f}B params ({ckpt.format}); {fit_why.split(':')[0]}"
+    )
+    return NewSpace(space=space, text=text, summary=summary)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_space(new: NewSpace, output: Path | None) -> None:
+    """Write the YAML to `output`, never over an existing file (nothing stored is lost)."""
+    if output is None:
+        return
+    if output.exists():
+        raise ConfigError(f"{output} exists: nothing written (choose another -o, or remove it first)")
+    try:
+        output.write_text(new.text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc

@@ -1,0 +1,198 @@
+"""Progress a person can plan with: what a search will run and about how long, before the first
+launch; the ETA as trials finish; requests and accuracy items done inside a trial.
+
+Estimating only: printing lives in report.py. A time estimate says what it is based on: trials
+already measured in runs.db (this study, else earlier studies of the same space and engine), or,
+when nothing was measured yet, a rough count of the workload's requests at the planner's speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench.client import ChatClient, Messages
+from autotune.engines import get_engine
+from autotune.models import RequestResult, SearchSpace, TrialResult
+from autotune.store import Store
+
+
+PROMPTS_PER_SET_SHIPPED = 3  # autotune/bench/prompts/*.yaml hold at least this many prompts each
+
+
+class RunForecast(BaseModel):
+    """What `autotune search` is about to run, told before the first launch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    candidates_total: int
+    candidates_left: int  # survive pruning (rules, layout, probes, memory) and were not tried yet
+    measured: int  # trials of this study already launched (a resumed study)
+    trials: int  # launches this run will make, baseline included, at most
+    confirm_rounds: int
+    trial_s: float | None  # one trial without its gates, estimated
+    relaunch_s: float | None = None  # one objective-only relaunch (confirmation, noise), where known
+    basis: str  # where trial_s comes from
+    gated: int = 0  # launches that run needle and qeval (at most)
+    gates_s: float | None = None  # what the gates add to a launch
+    relaunches: int = 0  # gates relaunches of the final best (gates at the end)
+    noise_relaunches: int = 0  # decode-only relaunches of the baseline beyond the confirmation's
+
+    @property
+    def launches(self) -> int:
+        return self.trials + self.relaunches + 2 * self.confirm_rounds + self.noise_relaunches
+
+    @property
+    def total_s(self) -> float | None:
+        if self.trial_s is None:
+            return None
+        # a confirmation or noise relaunch measures the objective only: a trial's time bounds it
+        # where no relaunch or trial phases price it (autotune/study/relaunch_cost.py)
+        relaunch = min(self.relaunch_s or self.trial_s, self.trial_s)
+        objective_only = 2 * self.confirm_rounds + self.noise_relaunches
+        return (self.trial_s * (self.trials + self.relaunches) + relaunch * objective_only
+                + (self.gates_s or 0.0) * self.gated)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+GATE_PHASES = ("needle", "qeval")
+
+
+def gates_time_s(trial: TrialResult) -> float:
+    """Seconds the trial's own launch spent on its gates (phase_s; 0 where they did not run)."""
+    return sum(trial.phase_s.get(p, 0.0) for p in GATE_PHASES)
+
+
+def measured_trials(store: Store, study: str, space: SearchSpace) -> tuple[list[TrialResult], str]:
+    """Launched trials: this study's, else earlier studies' of the same space and engine."""
+    def launched(name: str) -> list[TrialResult]:
+        return [t for t in store.trials(name) if t.status != "skipped" and t.duration_s > 1.0]
+
+    own = launched(study)
+    if own:
+        return own, f"median of {len(own)} trials of this study"
+    others: list[TrialResult] = []
+    for row in store.studies():
+        if row["name"] != study and row["space_name"] == space.name and row["engine"] == space.engine:
+            others += launched(row["name"])
+    if others:
+        return others, f"median of {len(others)} earlier trials of space {space.name} in runs.db"
+    return [], ""
+
+
+def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]:
+    """Requests one trial sends per phase (phase names as trial.measure reports them)."""
+    from autotune.space.candidates import needle_lengths
+
+    work = space.workload
+    per_set = work.repeats * min(work.prompts_per_set, PROMPTS_PER_SET_SHIPPED)
+    out: dict[str, int] = {"warm-up": work.warmup_requests}
+    out.update({f"decode ({name})": per_set for name in work.prompt_sets})
+    if work.prefill_tokens:
+        fitting = [d for d in work.prefill_tokens if d + 64 <= context_tokens]
+        out["cold prefill"] = 3 + work.prefill_repeats * len(fitting)
+    if any(c > 1 for c in work.concurrency):
+        out["concurrency"] = sum(c for c in work.concurrency if c > 1)
+    if space.gates.needle:  # the study's needle test, the same for every candidate
+        out["needle"] = len(needle_lengths(space)) * len(set(space.gates.needle.depths))
+    if space.gates.qeval:
+        out["qeval"] = space.gates.qeval.tasks
+    return out
+
+
+def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | None, prefill_tps: float | None) -> float:
+    """A rough upper guess of one trial: startup + every request's output at full length, and
+    every prompt token at the prefill rate (the baseline's context; the study's needle test)."""
+    from autotune.space.candidates import baseline, context_tokens, needle_lengths
+
+    work = space.workload
+    ctx = context_tokens(space, baseline(space))
+    phases = workload_requests(space, ctx)
+    decode_requests = sum(n for p, n in phases.items() if p.startswith("decode"))
+    out_tokens = decode_requests * work.decode_max_tokens + phases.get("warm-up", 0) * 16
+    in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
+    if accuracy and space.gates.qeval:
+        from autotune.bench.qeval import request_tokens_guess
+
+        prompt, answers = request_tokens_guess(space.gates.qeval, space.model.prompt_style)
+        out_tokens += answers // 2  # most answers stop well inside their budget
+        in_tokens += prompt
+    if accuracy and space.gates.needle:
+        out_tokens += phases.get("needle", 0) * space.gates.needle.max_tokens
+        in_tokens += len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
+    tps = decode_tps or 20.0
+    pps = prefill_tps or 200.0
+    return get_engine(space.engine).startup_guess_s + out_tokens / tps + in_tokens / pps
+
+
+def eta_s(durations: list[float], trials_left: int, confirm_launches: int, current_s: float = 0.0) -> float | None:
+    """Median trial time x launches left (the running one counts, less its elapsed time)."""
+    if not durations:
+        return None
+    typical = statistics.median(durations)
+    running = max(0.0, typical - current_s) if trials_left > 0 else 0.0
+    return running + typical * (max(0, trials_left - 1) + confirm_launches)
+
+
+class RequestProgress:
+    """Wraps a trial's event callback: a phase event resets the count, each finished request
+    reports `phase: n/total requests` (items for needle and qeval)."""
+
+    ITEM_PHASES = ("needle", "qeval")
+
+    def __init__(self, events: Callable[[str], None], expected: dict[str, int]) -> None:
+        self.events = events
+        self.expected = expected
+        self.phase_name = ""
+        self.done = 0
+
+    def phase(self, text: str) -> None:
+        self.phase_name, self.done = text, 0
+        self.events(text)
+
+    def request_done(self, result: RequestResult) -> None:
+        if not self.phase_name:
+            return
+        self.done += 1
+        unit = "items" if self.phase_name in self.ITEM_PHASES else "requests"
+        total = self.expected.get(self.phase_name)
+        count = f"{self.done}/{total}" if total else str(self.done)
+        failed = "" if result.ok else " (last one failed)"
+        self.events(f"{self.phase_name}: {count} {unit} done{failed}")
+
+
+class CountingClient:
+    """A ChatClient that tells `on_done` about every finished chat/completion request."""
+
+    def __init__(self, client: ChatClient, on_done: Callable[[RequestResult], None]) -> None:
+        self.client = client
+        self.on_done = on_done
+
+    async def chat(self, messages: Messages, max_tokens: int, **extra: Any) -> RequestResult:
+        result = await self.client.chat(messages, max_tokens, **extra)
+        self.on_done(result)
+        return result
+
+    async def complete(self, prompt: str, max_tokens: int, **extra: Any) -> RequestResult:
+        result = await self.client.complete(prompt, max_tokens, **extra)
+        self.on_done(result)
+        return result
+
+    async def count_tokens(self, text: str) -> int:
+        return await self.client.count_tokens(text)

@@ -1,0 +1,296 @@
+"""One trial: launch the engine for a candidate, wait healthy, measure, check accuracy, stop.
+
+Failures are data: a start that crashes or hangs, or a server that dies mid-measurement, becomes a
+TrialResult with status "failed", its failure class and the log lines that show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from autotune.bench import throughput
+from autotune.bench.client import OpenAIClient
+from autotune.gates.dominated import DominatedCheck
+from autotune.engines.base import Engine, acceptance_length
+from autotune.errors import AutotuneError, EngineStartError
+from autotune.launchers import open_server
+from autotune.launchers.watchdog import WatchdogLimits
+from autotune.models import (
+    Candidate,
+    Cluster,
+    FailureInfo,
+    LaunchSpec,
+    Measurement,
+    ModelSpec,
+    NeedleReport,
+    QevalReport,
+    SearchSpace,
+    TrialResult,
+    utc_now,
+)
+from autotune.trial.phases import PhaseClock
+from autotune.failures.signatures import UNCLASSIFIED
+from autotune.space.candidates import context_tokens, needle_lengths
+
+
+class TrialContext(BaseModel):
+    """Everything a trial needs besides the candidate."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    study: str
+    space: SearchSpace
+    model: ModelSpec
+    engine: Engine
+    logs_dir: Path
+    port: int = 8470
+    accuracy: bool = True
+    watchdog: WatchdogLimits = WatchdogLimits()
+    launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
+    cluster: Cluster | None = None
+
+    def render(self, candidate: Candidate) -> LaunchSpec:
+        if self.cluster is not None and len(self.cluster.nodes) > 1:
+            return self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
+        return self.engine.render(candidate, self.model, self.port)
+
+
+Events = Callable[[str], None]
+
+
+def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
+    """The context of a relaunch that measures the objective alone (decode at one stream on the
+    short prompts, and the objective's own wave of N streams where it is output_tps_cN): no cold
+    prefill, no long-context decode, no other concurrency; `workload` sets more."""
+    level = ctx.space.objective.concurrency
+    work = ctx.space.workload.model_copy(
+        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1] + ([level] if level else []),
+                **workload}
+    )
+    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
+
+
+def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
+    found = engine.classify(log_text)
+    if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":
+        # a request handler's traceback while the server stays up: not an engine crash to isolate
+        root = found.message.removeprefix(f"{UNCLASSIFIED}: ")
+        return found.model_copy(update={
+            "failure_class": fallback_class, "message": f"{fallback_class}: {root}", "evidence": [message, *found.evidence],
+        })
+    if found is not None:
+        return found
+    last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
+    return FailureInfo(failure_class=fallback_class, message=message, evidence=last)
+
+
+async def _scrape_counters(engine: Engine, base_url: str) -> dict[str, float]:
+    if not engine.metrics_path:
+        return {}
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            response = await http.get(base_url + engine.metrics_path)
+            return engine.spec_decode_counters(response.text) if response.status_code == 200 else {}
+    except httpx.HTTPError:
+        return {}
+
+
+def acceptance(before: dict[str, float], after: dict[str, float]) -> Measurement | None:
+    length = acceptance_length(before, after)
+    if length is None:
+        return None
+    return Measurement.of(
+        "spec_acceptance_length",
+        "tokens",
+        "speculative decoding: 1 + accepted / drafts, from /metrics counter deltas over the decode workloads",
+        [length],
+    )
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    measurements: list[Measurement] = []
+    needle: NeedleReport | None = None
+    qeval: QevalReport | None = None
+    dominated: str | None = None
+    accuracy_from: int | None = None
+
+
+async def measure(
+    ctx: TrialContext,
+    candidate: Candidate,
+    base_url: str,
+    events: Events,
+    clock: PhaseClock | None = None,
+    dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
+) -> Measured:
+    from autotune.bench import needle, qeval
+    from autotune.study.forecast import CountingClient, RequestProgress, workload_requests
+
+    workload = ctx.space.workload
+    out = Measured()
+    served = ctx.model.served_name or ctx.model.name
+    async with OpenAIClient(
+        base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
+    ) as http_client:
+        counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
+        events, client = counted.phase, CountingClient(http_client, counted.request_done)
+        sender = throughput.requests_for(client, workload)  # accuracy keeps the model's prompt_style
+        if clock is not None:
+            events = clock.listen(events)
+        events("warm-up")
+        await throughput.warm_up(sender, workload)
+        before = await _scrape_counters(ctx.engine, base_url)
+        for set_name in workload.prompt_sets:
+            events(f"decode ({set_name})")
+            out.measurements += await throughput.measure_decode(sender, set_name, workload)
+        spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
+        if spec:
+            out.measurements.append(spec)
+        ctx_tokens = context_tokens(ctx.space, candidate)
+        if workload.prefill_tokens:
+            events("cold prefill")
+            out.measurements += await throughput.measure_prefill(
+                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
+            )
+        if workload.decode_context_tokens:
+            events("decode after a long prompt")
+            out.measurements += await throughput.measure_long_decode(
+                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
+            )
+        if any(c > 1 for c in workload.concurrency):
+            events("concurrency")
+            out.measurements += await throughput.measure_concurrency(sender, workload)
+        if dominated is not None and ctx.accuracy:
+            objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
+            out.dominated = dominated(objective, score)
+            if out.dominated:
+                events(f"dominated: {out.dominated}")
+        if reuse is not None and ctx.accuracy and not out.dominated:
+            out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
+            events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
+        if ctx.accuracy and ctx.space.gates.needle and not out.dominated and reuse is None:
+            events("needle")
+            study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
+            out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
+        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated and reuse is None:
+            events("qeval")
+            cfg = ctx.space.gates.qeval
+            out.qeval = await qeval.run_qeval(
+                client, cfg, style=ctx.model.prompt_style, concurrency=cfg.concurrency
+            )
+    if clock is not None:
+        clock.stop()
+    return out
+
+
+def run_trial(
+    ctx: TrialContext,
+    candidate: Candidate,
+    number: int,
+    events: Events = lambda _: None,
+    log_name: str | None = None,
+    dominated: DominatedCheck | None = None,
+    reuse: TrialResult | None = None,
+) -> TrialResult:
+    started = utc_now()
+    t0 = time.monotonic()
+    launch = ctx.render(candidate)
+    log_path = ctx.logs_dir / ctx.study / f"{log_name or f'trial-{number:03d}'}.log"
+    if log_path.exists():
+        log_path.unlink()
+    common = dict(
+        study=ctx.study,
+        number=number,
+        candidate=candidate,
+        launch=launch,
+        engine_version=ctx.engine.version(),
+        started_at=started,
+        log_path=str(log_path),
+    )
+    server = open_server(
+        launch,
+        log_path,
+        launcher=ctx.launcher,
+        cluster=ctx.cluster,
+        study=ctx.study,
+        trial=str(number),
+        startup_timeout_s=ctx.space.workload.startup_timeout_s,
+        limits=ctx.watchdog,
+    )
+    events("starting engine")
+    clock = PhaseClock()
+    clock.enter("start")
+    try:
+        with server:
+            clock.stop()
+            events(f"engine up after {server.startup_s:.1f} s")
+            try:
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse))
+            except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
+                failure = FailureInfo(failure_class="configuration_error", message=str(exc))
+                return TrialResult(
+                    status="failed", reason=f"configuration_error: {exc}", failure=failure,
+                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    phase_s=clock.ordered(), **common,
+                )
+            except throughput.MeasurementFailed as exc:
+                log = server.log_text()
+                alive = server.alive()
+                failure = server.memory_failure() or failure_from_log(
+                    ctx.engine, log, "serving_failed" if alive else "crash_during_run", str(exc)
+                )
+                return TrialResult(
+                    status="failed",
+                    reason=failure.message,
+                    failure=failure,
+                    duration_s=time.monotonic() - t0,
+                    selected=ctx.engine.selected(log),
+                    phase_s=clock.ordered(),
+                    **common,
+                )
+            log = server.log_text()
+            startup = Measurement.of(
+                "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
+            )
+            clock.enter("teardown")
+        clock.stop()
+    except EngineStartError as exc:
+        clock.stop()
+        fallback = "startup_timeout" if exc.timed_out else "startup_crash"
+        failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
+        if exc.timed_out and failure.failure_class != "startup_timeout":
+            failure = failure.model_copy(update={"message": f"{exc} — log shows: {failure.message}"})
+        return TrialResult(
+            status="failed",
+            reason=failure.message,
+            failure=failure,
+            duration_s=time.monotonic() - t0,
+            selected=ctx.engine.selected(exc.log_tail),
+            phase_s=clock.ordered(),
+            **common,
+        )
+    objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
+    return TrialResult(
+        status="ok",
+        selected=ctx.engine.selected(log),
+        start_parts_s=ctx.engine.start_parts(log),
+        measurements=[*measured.measurements, startup],
+        needle=measured.needle,
+        qeval=measured.qeval,
+        dominated=measured.dominated,
+        accuracy_from=measured.accuracy_from,
+        objective=round(objective, 4),
+        score=round(score, 4),
+        duration_s=time.monotonic() - t0,
+        phase_s=clock.ordered(),
+        **common,
+    )
