@@ -143,9 +143,10 @@ def search(
 ) -> None:
     """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
     owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
-    from autotune.commands import search as search_lib
+    from autotune.commands import search as search_command
+    from autotune.commands import setup
 
-    plan = search_lib.prepare(
+    plan = setup.prepare(
         space_name=_chosen_space(space, hardware, nodes),
         model_path=model,
         db_path=db,
@@ -164,7 +165,7 @@ def search(
         return
     reporter = terminal.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
     try:
-        outcome = search_lib.run(
+        outcome = search_command.run(
             plan,
             trials=trials,
             seed=seed,
@@ -178,8 +179,8 @@ def search(
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
             on_owned=lambda: reporter.study_planned(
-                search_lib.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end,
-                                    noise_relaunches)
+                search_command.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end,
+                                        noise_relaunches)
             ),
         )
     finally:
@@ -194,22 +195,19 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Print the trials of a study from runs.db (the newest study by default)."""
-    from autotune.failures import learning
-    from autotune.commands import search as search_lib
+    from autotune.commands import show as show_command
 
-    store = search_lib.open_store(db, must_exist=True)
-    name = search_lib.pick_study(store, study)
-    outcome = search_lib.outcome(store, name)
+    seen = show_command.view(db, study)
     if as_json:
-        console.print_json(json.dumps([t.model_dump(mode="json") for t in outcome.trials]))
+        console.print_json(json.dumps([t.model_dump(mode="json") for t in seen.outcome.trials]))
         return
-    terminal.print_trials(console, outcome)
-    terminal.print_phases(console, outcome)
-    for attempt in search_lib.open_attempts(store, name):
+    terminal.print_trials(console, seen.outcome)
+    terminal.print_phases(console, seen.outcome)
+    for attempt in seen.attempts:
         console.print(attempt.describe(), markup=False, highlight=False)
-    terminal.print_learned(console, learning.learned_in_study(store, name))
-    terminal.print_isolations(console, learning.isolations(store, name))
-    terminal.print_best(console, outcome)
+    terminal.print_learned(console, seen.learned)
+    terminal.print_isolations(console, seen.isolations)
+    terminal.print_best(console, seen.outcome)
 
 
 @app.command()
@@ -244,8 +242,10 @@ def export(
     nodes: NodesOption = None,
 ) -> None:
     """Write the winning (or a chosen) trial as a recipe: YAML, a shell script or docker lines."""
+    from autotune.commands import export as export_command
+    from autotune.commands import plan as plan_command
+    from autotune.commands.setup import open_store
     from autotune.output import launch_formats
-    from autotune.commands import search as search_lib
     from autotune.output.recipe import from_yaml
 
     if fmt not in launch_formats.FORMATS:
@@ -254,10 +254,9 @@ def export(
     if predicted:
         if space is None and hardware is None and nodes is None:
             raise ConfigError("--predicted needs --space, or --hardware/--nodes to pick a shipped space; it reads no study")
-        text = search_lib.predicted_recipe(_chosen_space(space, hardware, nodes), hardware, nodes, None, yaml_output, db)
+        text = plan_command.predicted_recipe(_chosen_space(space, hardware, nodes), hardware, nodes, None, yaml_output, db)
     else:
-        store = search_lib.open_store(db, must_exist=True)
-        exported = search_lib.export_recipe(store, study, trial, yaml_output)
+        exported = export_command.export_recipe(open_store(db, must_exist=True), study, trial, yaml_output)
         text = exported.text
         for warning in exported.warnings:
             errors.print(f"warning: {warning}", markup=False, highlight=False)
@@ -282,11 +281,12 @@ def report_html(
     output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path("report.html"),
 ) -> None:
     """Write a study as one self-contained HTML report (plots, trials, probes, recipe; no network needed)."""
+    from autotune.commands import show as show_command
+    from autotune.commands.setup import open_store
     from autotune.output import html as html_report
-    from autotune.commands import search as search_lib
 
-    store = search_lib.open_store(db, must_exist=True)
-    name = search_lib.pick_study(store, study)
+    store = open_store(db, must_exist=True)
+    name = show_command.pick_study(store, study)
     written = html_report.write_report(store, name, output)
     console.print(f"report of study {name} written to {written} ({written.stat().st_size / 1e6:.1f} MB)")
 
@@ -346,9 +346,9 @@ def plan(
     commands and environment per node (placeholder hosts without --cluster); launches nothing.
     Planning for this host's own hardware, candidates its stored probes (runs.db) show failing are
     dropped with the reason."""
-    from autotune.commands import search as search_lib
+    from autotune.commands import plan as plan_command
 
-    report_ = search_lib.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)
+    report_ = plan_command.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)
     if as_json:
         console.print_json(report_.model_dump_json())
     else:
@@ -368,7 +368,7 @@ def space_new(
     It holds the architecture facts, the knobs that apply to it, the checkpoint's quantization, the
     memory fit on the hardware and (Spark) seed-recipe fixed settings, and is validated as `search`
     loads a space. Downloads nothing: the config must be on disk."""
-    from autotune.space.from_config import new_space, write_space
+    from autotune.commands.space_new import new_space, write_space
 
     made = new_space(model, hardware, nodes, name)
     write_space(made, output)

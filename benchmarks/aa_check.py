@@ -21,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune import search  # noqa: E402
-from autotune.verdict.confirm import confirm  # noqa: E402
+from autotune.commands import search  # noqa: E402
+from autotune.commands.setup import prepare  # noqa: E402
+from autotune.study.confirm import confirm  # noqa: E402
 from autotune.launchers.base import free_port  # noqa: E402
 from autotune.model.files import resolve_model  # noqa: E402
 from autotune.space.candidates import load_space  # noqa: E402
@@ -64,7 +65,7 @@ def main() -> int:
     rows = []
     for repeat in range(args.repeats):
         t0 = time.monotonic()
-        plan = search.prepare(space_name=str(space_file), model_path=None, db_path=db, study=f"aa-{repeat}",
+        plan = prepare(space_name=str(space_file), model_path=None, db_path=db, study=f"aa-{repeat}",
                               hardware=None, nodes=None, accuracy=False, logs_dir=work / "logs",
                               tries=["AUTOTUNE_AA_ARM=b"])
         outcome = search.run(plan, trials=2, confirm_rounds=0, noise_relaunches=1)

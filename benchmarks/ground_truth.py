@@ -40,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pydantic import BaseModel, ValidationError
 
 from autotune.commands import search
+from autotune.commands.setup import prepare
+from autotune.study.plan import SearchPlan
 from autotune.bench.throughput import MeasurementFailed, objective_value
 from autotune.hardware.device import detect
 from autotune.errors import ConfigError
@@ -118,9 +120,9 @@ def next_launch_guess_s(took: list[float], earlier_warm: list[float] | None = No
     return max(earlier_warm) if earlier_warm else took[0]
 
 
-def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> search.SearchPlan:
+def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> SearchPlan:
     """The study plan `measure` runs (and `restore` rebuilds) under `name`."""
-    plan = search.prepare(
+    plan = prepare(
         space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=args.hardware,
         nodes=None, accuracy=accuracy, logs_dir=args.logs,
     )

@@ -64,7 +64,7 @@ from autotune.models import Candidate, FailureInfo, HardwareProfile, HostFingerp
 from autotune.verdict.noise import pooled
 from autotune.planner.roofline import estimate, fits_check
 from autotune.gates.score import evaluate_gates
-from autotune.commands.search import launchable, planner_order
+from autotune.commands.setup import launchable, planner_order
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, needle_check, probes_check
 from autotune.store import Store
 from autotune.study.tuner import SilentReporter, Tuner

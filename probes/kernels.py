@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.models import ProbeResult
-from autotune.failures.signatures import GOLDEN_MISMATCH_MARKER, UNCLASSIFIED, classify
+from autotune.engines.signatures import GOLDEN_MISMATCH_MARKER, UNCLASSIFIED, classify
 from probes import emit
 
 # bf16 keeps 8 significant bits: an exactly accumulated sum is off by at most 2^-8 relative.

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from autotune.failures.signatures import classify
+from autotune.engines.signatures import classify
 
 
 def selector_main(request_json: str) -> None:

@@ -68,7 +68,7 @@ class Engine:
 
 def _study(tmp_path, monkeypatch, trials: int = 8):
     pytest.importorskip("llama_cpp")
-    from autotune.gates import deferred
+    from autotune.study import deferred
     from autotune.commands import search
     from autotune.study import tuner
     from autotune.store import Store
@@ -115,7 +115,7 @@ def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_rel
     assert class_gate(deferred_trial, passed, Gates(), [failure]) is None  # its own evidence stands
     other = deferred_trial.model_copy(update={"candidate": Candidate(engine="llamacpp", params={"type_k": "f16"})})
     assert class_gate(other, unchecked, Gates(), [failure]) is None
-    from autotune.gates.deferred import pending
+    from autotune.study.deferred import pending
 
     assert not pending(deferred_trial.model_copy(update={"gates": [*unchecked, gate]}))
     assert pending(deferred_trial.model_copy(update={"gates": unchecked}))
@@ -135,7 +135,7 @@ def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches
     shown = console.export_text()
     assert "failed accuracy" in shown and "type_k=q4_0" in shown and "launch(es) saved" in shown
     assert "type_k=q4_0" in verdict_section(outcome)
-    from autotune.commands.search import recipe_verdict
+    from autotune.commands.export import recipe_verdict
 
     verdict = recipe_verdict(store.study_space("s"), outcome, outcome.best)
     assert [f.failure.knob_values for f in verdict.accuracy_failures] == [{"type_k": "q4_0"}]

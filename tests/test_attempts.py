@@ -51,7 +51,7 @@ def dead_pid() -> int:
 def test_resume_marks_what_a_killed_process_left_running(tmp_path, capsys):
     """runs.db as `kill -9` leaves it: Optuna trial RUNNING, an attempt row, no result."""
     pytest.importorskip("llama_cpp")
-    from autotune.commands.search import prepare
+    from autotune.commands.setup import prepare
     from autotune.study.tuner import STATUS_ATTR, Tuner
 
     model = tmp_path / "m.gguf"
@@ -113,8 +113,6 @@ workload:
   prefill_tokens: []
   startup_timeout_s: 120
 """
-
-
 
 
 def search_process(space: Path, db: Path, tmp_path: Path) -> subprocess.Popen:

@@ -321,7 +321,7 @@ def test_the_docker_extra_installs_what_ssh_needs():
 
 
 def test_changed_space_is_refused_saying_what_changed(tmp_path, db, capsys):
-    from autotune.commands.search import prepare
+    from autotune.commands.setup import prepare
     from autotune.store import Store
 
     path = space_file(tmp_path, GOOD)

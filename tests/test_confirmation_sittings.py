@@ -49,7 +49,7 @@ class Sitting:
                            started_at=f"2026-12-03T00:00:{number:02d}+00:00")
 
     def run(self, *, trials: int, confirm_rounds: int, budget_s: float | None, tries: tuple[str, ...] = ("n_threads=2",)):
-        from autotune.verdict import confirm
+        from autotune.study import confirm
         from autotune.commands import search
         from autotune.study import tuner
         from autotune.store import Store

@@ -1,4 +1,4 @@
-"""Gates at the end (autotune.gates.deferred), replayed over the tiny committed table of real launches
+"""Gates at the end (autotune.study.deferred), replayed over the tiny committed table of real launches
 (tests/data/replay-tiny.json): a trial faster than the incumbent defers its needle and qeval; at
 the end only the head of the ranking is relaunched to run them, walking down when they fail. The
 pick must be the one gating every trial makes, with fewer gate runs."""
@@ -82,7 +82,7 @@ def test_engines_choose_by_what_a_relaunch_costs():
 
 
 def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():
-    from autotune.gates.deferred import DEFERRED
+    from autotune.study.deferred import DEFERRED
     from autotune.models import Candidate, GateOutcome, Measurement, TrialResult
     from autotune.gates.score import constraint_values, verdict
 
@@ -96,7 +96,7 @@ def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():
 
 
 def test_the_time_budget_stops_the_walk_before_a_relaunch_and_says_which_trial_was_left():
-    from autotune.gates.deferred import DEFERRED, gate_the_head
+    from autotune.study.deferred import DEFERRED, gate_the_head
     from autotune.models import Candidate, GateOutcome, TrialResult
 
     unchecked = [GateOutcome(gate="needle", status="unchecked", detail="deferred")]

@@ -147,7 +147,7 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
     flash attention and q8_0 V with it still run."""
     from autotune.engines import get_engine
     from autotune.models import ModelSpec, SearchSpace
-    from autotune.failures.signatures import classify
+    from autotune.engines.signatures import classify
     from autotune.space.candidates import Pruner
     from autotune.study.tuner import Tuner
     from autotune.trial.run import TrialContext
@@ -185,7 +185,7 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
         "autotune: q8_0 covered by the same signature as the failed q4_0 (every quantized type_v)")
     # the class is llama.cpp's own: every KV type the engine accepts but the float ones
     from autotune.engines.llamacpp import GGML_TYPES
-    from autotune.failures.signatures import LLAMACPP_QUANTIZED_KV
+    from autotune.engines.signatures import LLAMACPP_QUANTIZED_KV
     assert LLAMACPP_QUANTIZED_KV == set(GGML_TYPES) - {"f32", "f16", "bf16"}
 
 

@@ -303,7 +303,7 @@ def test_ray_start_argv_for_a_local_stand_in_node(tmp_path):
 def test_a_cluster_file_of_one_gpu_raylets_sets_the_layout_not_the_profiles_gpu_count(tmp_path):
     # the two-GPU machine as two raylets of one GPU each (issue 16): the h200 profile says 8 GPUs
     # per node (an HGX board); the cluster file says 1, and the cluster is what the launch fills
-    from autotune.commands import search
+    from autotune.commands.setup import prepare
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(textwrap.dedent("""\
@@ -313,7 +313,7 @@ def test_a_cluster_file_of_one_gpu_raylets_sets_the_layout_not_the_profiles_gpu_
           - {ip: 10.1.2.3, gpus: "0", temp_dir: /tmp/at-r0}
           - {ip: 10.1.2.3, gpus: "1", temp_dir: /tmp/at-r1}
         """))
-    plan = search.prepare(
+    plan = prepare(
         space_name="vllm-minimax-m2-12l-dummy", model_path=None, db_path=tmp_path / "runs.db", study=None,
         hardware="h200", nodes=2, accuracy=False, logs_dir=tmp_path / "logs", dry_run=True,
         cluster_file=cluster, launcher="ray",

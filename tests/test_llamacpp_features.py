@@ -17,7 +17,7 @@ from autotune.probe.features.llamacpp import (
     probe_llamacpp,
 )
 from autotune.models import ProbeResult
-from autotune.failures.signatures import GOLDEN_MISMATCH_MARKER
+from autotune.engines.signatures import GOLDEN_MISMATCH_MARKER
 
 
 @pytest.mark.engine

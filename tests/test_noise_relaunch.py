@@ -32,7 +32,7 @@ def _ok(ctx, candidate: Candidate, number: int) -> TrialResult:
 def _run(tmp_path, monkeypatch, confirm_rounds: int, noise_relaunches: int) -> tuple[list[str], list[str]]:
     """Sources of the baseline's launch samples after a 2-trial study with fake launches."""
     pytest.importorskip("llama_cpp")
-    from autotune.verdict import confirm
+    from autotune.study import confirm
     from autotune.commands import search
     from autotune.study import tuner
     from autotune.store import Store

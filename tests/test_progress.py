@@ -11,11 +11,13 @@ import pytest
 from rich.console import Console
 
 from autotune.models import Candidate, RequestResult, TrialResult
-from autotune.study.forecast import CountingClient, RequestProgress, eta_s, fmt_duration, workload_requests
+from autotune.trial.requests import CountingClient, RequestProgress
+from autotune.study.forecast import eta_s, fmt_duration
+from autotune.trial.requests import workload_requests
 from autotune.planner.roofline import estimate
 from autotune.commands.search import forecast
 from autotune.output.terminal import ProgressLine, RichReporter
-from autotune.commands.search import prepare
+from autotune.commands.setup import prepare
 from autotune.space.candidates import baseline, load_space
 from autotune.store import Store
 
@@ -219,7 +221,7 @@ def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
 
 
 def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
-    from autotune.gates.deferred import DEFERRED
+    from autotune.study.deferred import DEFERRED
     from autotune.models import GateOutcome, Measurement
 
     console = Console(record=True, width=300, force_terminal=False)

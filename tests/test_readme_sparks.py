@@ -111,7 +111,7 @@ def test_the_written_space_is_the_one_the_readme_then_uses(walk):
 
 def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
     from autotune.output import terminal
-    from autotune.commands import search
+    from autotune.commands.setup import prepare
     from autotune.models import Candidate
     from autotune.study.tuner import StudyOutcome
 
@@ -123,7 +123,7 @@ def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
 
     # the rest is printed by the study's reporter and outcome; the plan is the dry run's
     args = shlex.split(real)[1:]
-    plan = search.prepare(
+    plan = prepare(
         space_name="minimax-m3.1-flash-spark4", model_path=args[args.index("--model") + 1], db_path=Path("runs.db"),
         study=None, hardware="spark", nodes=4, accuracy=True, logs_dir=Path("logs"), dry_run=True,
         cluster_file=Path("cluster.yaml"),

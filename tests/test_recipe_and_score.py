@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from autotune.verdict.confirm import judge
+from autotune.verdict.confirmation import judge
 from autotune.models import (
     Candidate,
     GateOutcome,
@@ -121,7 +121,7 @@ def test_a_recipe_never_mixes_predicted_and_measured():
 
 
 def test_predicted_recipe_for_four_sparks(tmp_path):
-    from autotune.commands.search import predicted_recipe
+    from autotune.commands.plan import predicted_recipe
 
     out = tmp_path / "p.yaml"
     predicted_recipe("minimax-m3.1-flash-spark4", "spark", 4, None, out)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.verdict.confirm import decode_only
-from autotune.gates.deferred import gates_relaunch_context
-from autotune.commands.search import prepare
+from autotune.study.confirm import decode_only
+from autotune.study.deferred import gates_relaunch_context
+from autotune.commands.setup import prepare
 
 
 @pytest.fixture

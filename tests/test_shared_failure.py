@@ -21,7 +21,7 @@ SPACE = (
 
 def _tuner(tmp_path, launch: Callable[..., TrialResult], trials: int):
     pytest.importorskip("llama_cpp")
-    from autotune.commands.search import prepare
+    from autotune.commands.setup import prepare
     from autotune.study.tuner import SilentReporter, Tuner
 
     model = tmp_path / "m.gguf"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ProbeError
-from autotune.failures.signatures import (
+from autotune.engines.signatures import (
     GOLDEN_MISMATCH_MARKER,
     PROBE_TIMEOUT_MARKER,
     SIGNATURES,
@@ -260,7 +260,7 @@ def test_the_corpus_is_mostly_recorded_where_a_recording_can_be_had() -> None:
 
 
 def _strip(line: str) -> str:
-    from autotune.failures.signatures import _PREFIX_RE
+    from autotune.engines.signatures import _PREFIX_RE
 
     return _PREFIX_RE.sub("", line, count=1).strip()
 

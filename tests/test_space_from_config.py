@@ -14,7 +14,7 @@ import pytest
 from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.space.candidates import load_space
-from autotune.space.from_config import architecture, checkpoint_format, count_params, new_space, read_config
+from autotune.commands.space_new import architecture, checkpoint_format, count_params, new_space, read_config
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 GIB = 1024**3

@@ -135,7 +135,7 @@ def test_dry_run_with_a_cluster_file_shows_each_box_with_its_own_env(capsys, tmp
 
 def test_a_real_search_still_needs_the_boxes_or_a_cluster_file(capsys, tmp_path):
     """Placeholder hosts are for showing only: without --dry-run nothing runs on them."""
-    from autotune.commands.search import cluster_for
+    from autotune.commands.setup import cluster_for
     from autotune.hardware.profiles import get_profile
     from autotune.models import DeviceIdentity
 

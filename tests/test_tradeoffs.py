@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from autotune.models import Candidate, Gates, Measurement, SearchSpace, TrialResult
 from autotune.verdict.noise import LaunchNoise
 from autotune.gates.score import evaluate_gates
-from autotune.gates.tradeoffs import regression_gate, tradeoffs
+from autotune.verdict.tradeoffs import regression_gate, tradeoffs
 
 NOISE = LaunchNoise(sigma=0.03, df=5, groups=2, launches=7)  # ±3 %: one launch each, beyond ~x0.92 / x1.09
 
@@ -81,7 +81,7 @@ def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
 
     from autotune.output.html import verdict_section
     from autotune.output.terminal import print_best
-    from autotune.commands.search import export_warnings, recipe_verdict
+    from autotune.commands.export import export_warnings, recipe_verdict
     from autotune.study.tuner import StudyOutcome
 
     best = BEST.model_copy(update={"score": 93.5})

@@ -15,7 +15,7 @@ import yaml
 
 from autotune.bench import throughput
 from autotune.bench.qeval import qeval_gate
-from autotune.verdict.confirm import judge
+from autotune.verdict.confirmation import judge
 from autotune.models import (
     Candidate,
     Confirmation,

@@ -365,7 +365,7 @@ def test_launch_one_against_fake_servers(fake_vllm, tmp_path):
                               parallel=3)
     by = {r.params["kv_cache_dtype"]: r for r in results}
     assert by["auto"].status == "works" and "attention_backend=FLASH_ATTN" in by["auto"].evidence
-    # evidence is the signature table's lines when autotune.failures.signatures knows the failure, else the error lines
+    # evidence is the signature table's lines when autotune.engines.signatures knows the failure, else the error lines
     assert by["nvfp4"].status == "fails"
     assert by["nvfp4"].signature or "No valid attention backend" in by["nvfp4"].evidence
     assert by["fp8_e5m2"].status == "fails"

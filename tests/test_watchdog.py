@@ -101,7 +101,7 @@ def test_floor_comes_from_the_hardware_profile():
 
 
 def test_search_plan_takes_the_floor_from_its_profile(tmp_path):
-    from autotune.commands.search import prepare
+    from autotune.commands.setup import prepare
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

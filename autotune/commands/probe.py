@@ -16,7 +16,7 @@ from autotune.errors import ConfigError
 from autotune.model.files import resolve_model
 from autotune.models import FailureInfo, ProbeReport, ProbeResult
 from autotune.probe.runner import probe_names, python_module_argv, run_probe_subprocess
-from autotune.failures.signatures import classify
+from autotune.engines.signatures import classify
 from autotune.space.candidates import load_space
 from autotune.store import Store, check_writable
 
@@ -87,4 +87,3 @@ def probe(
         results += engine.feature_probes(ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name))
     store.save_probe_results(host_key, results)
     return ProbeReport(**report, results=results)
-

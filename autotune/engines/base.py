@@ -25,7 +25,7 @@ from autotune.models import (
     Scalar,
     SearchSpace,
 )
-from autotune.failures.signatures import classify
+from autotune.engines.signatures import classify
 
 
 class Knobs:
@@ -102,7 +102,7 @@ class Engine(ABC):
     #: seconds a launch takes to become healthy, before any was measured (forecasts only)
     startup_guess_s: ClassVar[float] = 60.0
     #: the study's default for deferring the gates of a faster trial to one relaunch of the final
-    #: best (autotune.gates.deferred): right where a relaunch costs seconds, not where it costs minutes
+    #: best (autotune.study.deferred): right where a relaunch costs seconds, not where it costs minutes
     gates_at_end: ClassVar[bool] = False
     health_path: ClassVar[str] = "/v1/models"
     #: the engine's Prometheus endpoint, if it has one (spec-decode counters live there).

@@ -1,7 +1,7 @@
 """What a failed trial teaches the study, stored as learned failures in runs.db.
 
 - A signature that implicates knobs: learn their values, and where the signature covers a class of
-  values of a knob (autotune.failures.signatures.Covers), the space's other values in that class too (each
+  values of a knob (autotune.engines.signatures.Covers), the space's other values in that class too (each
   with an evidence line naming the failed value it was generalized from). When an implicated knob
   was left to the engine (None) and the engine reported what it selected, blame the selection
   instead: the selected value fails when asked for explicitly too, and "left to the engine" fails
@@ -23,7 +23,7 @@ from sqlite_utils.migrations import Migrations
 
 from autotune.failures.isolation import Isolation, isolate, smoke_launch
 from autotune.models import Candidate, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
-from autotune.failures.signatures import covers_for
+from autotune.engines.signatures import covers_for
 from autotune.store import LearnedFailure, Store
 from autotune.trial.run import TrialContext
 

@@ -23,7 +23,7 @@ DominatedCheck = Callable[[float, float], str | None]
 def dominated_check(
     incumbent: TrialResult | None, noise: LaunchNoise | None, incumbent_unchecked: bool = False
 ) -> DominatedCheck | None:
-    """`incumbent_unchecked`: the incumbent's own gates are deferred (autotune.gates.deferred), so this
+    """`incumbent_unchecked`: the incumbent's own gates are deferred (autotune.study.deferred), so this
     trial ranks first only if they fail, and then its gates run at the end."""
     if incumbent is None or not incumbent.objective or incumbent.score is None:
         return None

@@ -6,7 +6,7 @@ numerics class unless marked `numerics_neutral` (or `numerics_class: false`, for
 reorder arithmetic, such as threads and batch sizes). Every candidate holding the same values of
 those knobs is in one class.
 
-- **Gated at once, the first time.** With gates at the end (autotune.gates.deferred) a faster trial
+- **Gated at once, the first time.** With gates at the end (autotune.study.deferred) a faster trial
   defers its gates; but a trial whose class has not been gated yet, and has other candidates left
   to try, runs them at once when it would become the incumbent, so an accuracy loss shows while the
   sampler still proposes that class. Later trials of a class that passed defer as before, and so

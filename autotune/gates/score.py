@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from autotune.models import AccuracyFailure, GateOutcome, Gates, TrialResult
 from autotune.gates.numerics import GATE as CLASS_GATE
 from autotune.gates.numerics import class_gate
-from autotune.gates.tradeoffs import regression_gate
+from autotune.verdict.tradeoffs import regression_gate
 
 
 def unchecked(gate: str, why: str) -> GateOutcome:

@@ -21,7 +21,7 @@ from autotune.gates.score import verdict
 from autotune.study.tuner import StudyOutcome
 
 if TYPE_CHECKING:
-    from autotune.commands.search import SearchPlan
+    from autotune.study.plan import SearchPlan
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -447,7 +447,7 @@ def print_launch(console: Console, launch: LaunchSpec) -> None:
 def print_dry_run(console: Console, plan: SearchPlan) -> None:
     from autotune.launchers.cluster import is_placeholder, placeholder_note
     from autotune.output.recipe import portable_launch
-    from autotune.commands.search import surviving
+    from autotune.study.plan import surviving
 
     rows = surviving(plan)
     kept = [c for c, why in rows if why is None]

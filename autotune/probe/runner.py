@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autotune.errors import ProbeError
 from autotune.models import ProbeResult, Scalar
-from autotune.failures.signatures import PROBE_TIMEOUT_MARKER, UNCLASSIFIED, classify
+from autotune.engines.signatures import PROBE_TIMEOUT_MARKER, UNCLASSIFIED, classify
 
 _TAIL_LINES = 20
 _KILL_GRACE_S = 2.0

@@ -1,0 +1,2 @@
+"""Search spaces: load a space file, enumerate and prune candidates, choose the shipped space for a
+hardware and node count, fingerprint. May import engines, hardware, model, bench, models."""

@@ -100,7 +100,7 @@ def probe_is_evidence(probe: ProbeResult) -> bool:
     failure class implicates the feature (a pruning signature, wrong output). A timeout, an
     out-of-memory under probe conditions (several launches on one GPU, small KV) or an
     unclassified crash proves nothing: such a feature stays untested."""
-    from autotune.failures.signatures import signatures_for
+    from autotune.engines.signatures import signatures_for
 
     if probe.status != "fails":
         return False

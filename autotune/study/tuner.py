@@ -29,7 +29,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.gates.deferred import (
+from autotune.study.deferred import (
     REFERENCE_NEEDLE, gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, reference_context,
     relaunch_label, settle,
 )
@@ -50,7 +50,7 @@ from autotune.study.relaunch_cost import gates_relaunch_s
 from autotune.gates.score import constraint_values, evaluate_gates, rank
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
-from autotune.gates.tradeoffs import tradeoffs
+from autotune.verdict.tradeoffs import tradeoffs
 from autotune.trial.run import TrialContext, run_trial
 
 MAX_IDLE_ASKS = 25
@@ -124,7 +124,7 @@ class StudyOutcome(BaseModel):
         return out
 
     def tradeoffs_of(self, trial: TrialResult) -> list[TradeOff]:
-        """Where `trial` is worse than the baseline beyond the launch noise (autotune/gates/tradeoffs.py)."""
+        """Where `trial` is worse than the baseline beyond the launch noise (autotune/verdict/tradeoffs.py)."""
         return tradeoffs(trial, self.baseline, self.noise)
 
 
@@ -297,7 +297,7 @@ class Tuner:
         self.storage = storage  # None: Optuna's tables in runs.db
         self.launch = launch
         self.skip_dominated = skip_dominated
-        # gates at the end (autotune.gates.deferred) only where trials skip gates at all
+        # gates at the end (autotune.study.deferred) only where trials skip gates at all
         self.gates_at_end = gates_at_end and skip_dominated and ctx.accuracy
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
@@ -602,7 +602,7 @@ class Tuner:
         return outcome_of(self.store, self.ctx.study, exhausted, stopped)
 
     def _gate_the_head(self, typical: float | None) -> str | None:
-        """The deferred gates, run on the head of the ranking only (autotune.gates.deferred)."""
+        """The deferred gates, run on the head of the ranking only (autotune.study.deferred)."""
 
         def judged() -> list[TrialResult]:
             return outcome_of(self.store, self.ctx.study).trials
@@ -677,4 +677,3 @@ class Tuner:
             if measured and {k: v for k, v in self._knob_values(t.candidate).items() if k not in neutral} == mine:
                 return t
         return None
-

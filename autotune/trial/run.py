@@ -35,7 +35,7 @@ from autotune.models import (
     utc_now,
 )
 from autotune.trial.phases import PhaseClock
-from autotune.failures.signatures import UNCLASSIFIED
+from autotune.engines.signatures import UNCLASSIFIED
 from autotune.space.candidates import context_tokens, needle_lengths
 
 
@@ -133,7 +133,8 @@ async def measure(
     reuse: TrialResult | None = None,
 ) -> Measured:
     from autotune.bench import needle, qeval
-    from autotune.study.forecast import CountingClient, RequestProgress, workload_requests
+    from autotune.trial.requests import CountingClient, RequestProgress
+    from autotune.trial.requests import workload_requests
 
     workload = ctx.space.workload
     out = Measured()

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune import planner_check as pc  # noqa: E402
+from autotune.planner import check as pc  # noqa: E402
 from autotune.models import SearchSpace  # noqa: E402
 from autotune.output.terminal import diff_label  # noqa: E402
 from autotune.store import Store  # noqa: E402

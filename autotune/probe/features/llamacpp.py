@@ -28,7 +28,7 @@ from autotune.errors import EngineUnavailable, ModelNotFound
 from autotune.probe.order import BUDGET_USED_UP, order_cells, settled
 from autotune.models import ProbeResult, Scalar, SearchSpace
 from autotune.probe.runner import python_module_argv, run_probe_subprocess
-from autotune.failures.signatures import GOLDEN_MISMATCH_MARKER
+from autotune.engines.signatures import GOLDEN_MISMATCH_MARKER
 from autotune.space.candidates import load_space
 
 if TYPE_CHECKING:

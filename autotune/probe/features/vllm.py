@@ -7,7 +7,7 @@
     "fails" because vLLM raises the same error at launch.
 (b) `launch_matrix()` starts `vllm serve` once per (KV dtype, attention backend[, draft_k])
     combination, each in its own process group with a timeout, sends one completion request,
-    requires non-empty text, and classifies failures with autotune.failures.signatures. vLLM cannot switch
+    requires non-empty text, and classifies failures with autotune.engines.signatures. vLLM cannot switch
     KV dtype or backend inside one process, so each combination is one launch; launches are made
     cheap (--enforce-eager, --load-format dummy, a short context, a fixed small KV cache) and can
     run side by side on one GPU (--parallel). They run riskiest first (autotune/probe/order.py:
@@ -46,7 +46,7 @@ from autotune.launchers.base import free_port
 from autotune.model.config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe.runner import PROBES_HOME, probe_env, python_module_argv
-from autotune.failures.signatures import classify
+from autotune.engines.signatures import classify
 
 SELECTOR_PROGRAM = "probes.vllm_features"
 SELECTOR_MARK = "AUTOTUNE_SELECTOR "  # the program prints its answer on the line that starts so

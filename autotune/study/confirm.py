@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 
 from autotune.models import Confirmation, ConfirmationLaunch, TrialResult
-from autotune.verdict.noise import LaunchNoise, RatioJudgement, judge_launches
 from autotune.trial.run import TrialContext, objective_only, run_trial
+from autotune.verdict.confirmation import rounds_done, verdict_of
+from autotune.verdict.noise import LaunchNoise
 
 #: stores one relaunch of a round (arm, round, objective or None, seconds) and returns it with its id
 KeepLaunch = Callable[[TrialResult, int, "float | None", float], ConfirmationLaunch]
@@ -30,11 +31,6 @@ def decode_only(ctx: TrialContext) -> TrialContext:
     return objective_only(ctx).model_copy(update={"accuracy": False})
 
 
-def judge(best: list[float], base: list[float], prior: LaunchNoise | None, alpha: float) -> RatioJudgement:
-    """Best vs baseline, one value per launch: winner only beyond the launch noise."""
-    return judge_launches(best, base, prior, alpha)
-
-
 def relaunch(
     ctx: TrialContext, arm: TrialResult, log_name: str, port: int, events: Callable[[str], None]
 ) -> float | None:
@@ -42,11 +38,6 @@ def relaunch(
     result = run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
                        log_name=log_name)
     return result.objective
-
-
-def rounds_done(launches: list[ConfirmationLaunch]) -> int:
-    """Rounds of a pair already run (a round with a failed relaunch counts: it was run)."""
-    return max((launch.round for launch in launches), default=0)
 
 
 def confirm(
@@ -74,40 +65,3 @@ def confirm(
             value = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
             launches.append(keep(arm, round_, value, clock() - started))
     return verdict_of(ctx.study, best, baseline, launches, prior, ctx.space.objective.confirm_alpha, rounds)
-
-
-def verdict_of(
-    study: str,
-    best: TrialResult,
-    baseline: TrialResult,
-    launches: list[ConfirmationLaunch],
-    prior: LaunchNoise | None,
-    alpha: float,
-    rounds_now: int,
-) -> Confirmation:
-    """The verdict on every stored round of one pair; `prior` must not hold these launches."""
-    best_s = [x.objective for x in launches if x.trial == best.number and x.objective is not None]
-    base_s = [x.objective for x in launches if x.trial == baseline.number and x.objective is not None]
-    failed = any(x.objective is None for x in launches)
-    rounds = rounds_done(launches)
-    earlier = rounds - rounds_now
-    span = f"{rounds} interleaved rounds" + (f" ({earlier} of them in earlier sittings)" if earlier > 0 else "")
-    result = judge(best_s, base_s, prior, alpha)
-    if failed:
-        verdict = f"no winner: a re-launch failed during confirmation ({result.why})"
-        winner = False
-    elif result.winner:
-        verdict = f"winner: trial {best.number} is {result.why}, {span}"
-        winner = True
-    elif result.why.startswith("not confirmed"):
-        verdict = f"{result.why} ({span} so far; a resume runs the rest)" if rounds else result.why
-        winner = False
-    else:
-        verdict = f"no winner: {result.why}, {span}"
-        winner = False
-    return Confirmation(
-        study=study, best_trial=best.number, baseline_trial=baseline.number, rounds=rounds, rounds_now=rounds_now,
-        launches=[x.id for x in launches], best_samples=best_s, baseline_samples=base_s,
-        ratio=round(result.ratio, 4), noise=round(result.sigma, 4), noise_df=result.df,
-        t_statistic=result.t_statistic, critical=result.critical, alpha=alpha, winner=winner, verdict=verdict,
-    )

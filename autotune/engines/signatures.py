@@ -715,7 +715,7 @@ def _traceback_fallback(raw_lines: list[str], lines: list[str]) -> FailureInfo |
         message=_one_line(f"{UNCLASSIFIED}: {headline}", _MESSAGE_CHARS),
         evidence=evidence,
         implicates=[],
-        fix="no known signature: read the evidence, then add a row to autotune/failures/signatures.py",
+        fix="no known signature: read the evidence, then add a row to autotune/engines/signatures.py",
     )
 
 

@@ -489,7 +489,7 @@ def _fit(name: str, model: ModelSpec, profile: HardwareProfile, nodes: int, draf
 def _validate(space: SearchSpace, profile: HardwareProfile, nodes: int) -> SearchSpace:
     """The checks `autotune search` makes when it loads a space (engine knobs, layout, candidates)."""
     from autotune.engines import get_engine
-    from autotune.commands.search import launchable
+    from autotune.commands.setup import launchable
 
     text = yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
     try:

@@ -1,0 +1,263 @@
+"""The set-up every command that launches shares: a space, engine, model, hardware and cluster
+checked into a SearchPlan before anything runs.
+
+`prepare` checks everything that can be wrong with the input before runs.db is opened, so a bad
+space, engine, model path or hardware choice leaves the database untouched: knob values against
+the engine's own options, the launcher against the cluster file, the launcher's libraries, the
+cluster's daemons; then, reading runs.db only, that a resumed study keeps the space it was made
+from."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.engines import Engine, get_engine
+from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
+from autotune.hardware.device import detect, host_fingerprint
+from autotune.hardware.profiles import GIB_IN_GB, parallel_layout, resolve_hardware
+from autotune.launchers import launcher_class
+from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
+from autotune.launchers.preflight import check_launch
+from autotune.launchers.watchdog import limits_for
+from autotune.model.files import resolve_model
+from autotune.models import (
+    Candidate,
+    Cluster,
+    DeviceIdentity,
+    HardwareProfile,
+    SearchSpace,
+)
+from autotune.planner.roofline import estimate, fits_check
+from autotune.space.candidates import (
+    Check,
+    Pruner,
+    baseline,
+    count_candidates,
+    enumerate_candidates,
+    load_space,
+    make_candidate,
+    needle_check,
+    probes_check,
+    rules_check,
+)
+from autotune.space.fingerprint import check_same_experiment
+from autotune.store import Store, check_writable
+from autotune.study.plan import SearchPlan
+from autotune.trial.run import TrialContext
+
+
+def open_store(db_path: Path, must_exist: bool = False) -> Store:
+    return Store(db_path, must_exist=must_exist)
+
+
+def node_profile(name: str, device: DeviceIdentity | None, cluster_file: Path | None) -> HardwareProfile:
+    """The hardware of one node. With a cluster file a node is what the file calls one: its
+    gpus_per_node wins over the profile's (two raylets of one GPU each on a two-GPU host)."""
+    profile = resolve_hardware(name, device)
+    if cluster_file is None:
+        return profile
+    return profile.model_copy(update={"gpus_per_node": load_cluster(cluster_file).gpus_per_node})
+
+
+def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Check:
+    def check(candidate: Candidate) -> str | None:
+        try:
+            parallel_layout(space, candidate, hardware, nodes)
+        except ConfigError as exc:
+            return f"layout: {exc}"
+        return None
+
+    return check
+
+
+def with_cluster_parallelism(space: SearchSpace, engine: Engine, hardware: HardwareProfile, nodes: int) -> SearchSpace:
+    """On several nodes a space that leaves TP/PP unset runs tensor parallel over every GPU."""
+    named = {k.name for k in space.knobs} | set(space.fixed)
+    if nodes == 1 or named & {"tensor_parallel_size", "pipeline_parallel_size"}:
+        return space
+    if "tensor_parallel_size" not in engine.knobs:
+        raise ConfigError(f"engine {engine.name!r} cannot run on {nodes} nodes (no tensor parallelism)")
+    fixed = {**space.fixed, "tensor_parallel_size": nodes * max(hardware.gpus_per_node, 1)}
+    return space.model_copy(update={"fixed": fixed})
+
+
+def launchable(
+    space: SearchSpace, engine: Engine, hardware: HardwareProfile, nodes: int
+) -> tuple[SearchSpace, Check, Check, list[Candidate]]:
+    """The space as it runs on `nodes` boxes, its rule and layout checks, and the candidates both
+    allow; a clear error when none is left (the first layout problem, else the rules)."""
+    space = with_cluster_parallelism(space, engine, hardware, nodes)
+    rules, layout = rules_check(space), layout_check(space, hardware, nodes)
+    allowed = [c for c in enumerate_candidates(space) if rules(c) is None]
+    kept = [c for c in allowed if layout(c) is None]
+    if not kept:
+        if allowed:
+            raise ConfigError((layout(allowed[0]) or "").removeprefix("layout: "))
+        raise NoValidCandidate(
+            f"space {space.name!r}: the rules rule out all {count_candidates(space)} candidates"
+        )
+    return space, rules, layout, kept
+
+
+def cluster_for(
+    cluster_file: Path | None,
+    nodes: int,
+    launcher: str,
+    hardware: HardwareProfile,
+    device: DeviceIdentity,
+    image: str | None,
+    dry_run: bool = False,
+) -> Cluster | None:
+    """The boxes to launch on: the cluster file, or (several nodes, no file) Ray nodes on this host
+    standing in for boxes when this host has the GPUs for all of them. A dry run launches nothing,
+    so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
+    chosen = launcher_class(launcher)  # an unknown name is refused here, before anything is read
+    if cluster_file is not None:
+        cluster = load_cluster(cluster_file)
+        if len(cluster.nodes) != nodes:
+            raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+        return cluster.model_copy(update={"image": cluster.image or image})
+    if chosen.needs_cluster_file and not dry_run:
+        raise ConfigError(f"the {launcher} launcher needs --cluster FILE ({chosen.needs_cluster_file})")
+    if nodes == 1:
+        return None
+    needed = nodes * hardware.gpus_per_node
+    if dry_run and needed > len(device.gpus):
+        return placeholder_cluster(nodes, hardware.gpus_per_node).model_copy(update={"image": image})
+    if needed > len(device.gpus):
+        raise ConfigError(
+            f"--nodes {nodes} on {hardware.name} needs {needed} GPUs; this host has {len(device.gpus)}: "
+            "describe the boxes in a cluster file and pass --cluster FILE"
+        )
+    temp_root = Path(tempfile.gettempdir()) / f"at-ray-{os.getpid()}"
+    return local_cluster(nodes, temp_root, gpus_per_node=hardware.gpus_per_node)
+
+
+def prepare(
+    *,
+    space_name: str,
+    model_path: str | None,
+    db_path: Path,
+    study: str | None,
+    hardware: str | None,
+    nodes: int | None,
+    accuracy: bool,
+    logs_dir: Path,
+    dry_run: bool = False,
+    tries: list[str] | None = None,
+    cluster_file: Path | None = None,
+    launcher: str | None = None,
+) -> SearchPlan:
+    space = load_space(space_name)
+    first = parse_tries(space, tries or [])
+    engine = get_engine(space.engine).use_space(space)
+    if not dry_run:
+        engine.check_available()
+        engine.preflight(space)
+    try:
+        model = resolve_model(space.model, model_path)
+    except ModelNotFound:
+        if not dry_run:
+            raise
+        model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
+    device = detect()
+    profile = node_profile(hardware or space.hardware, device, cluster_file)
+    node_count = nodes or space.nodes
+    space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
+    launcher_name = launcher or space.launcher
+    cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
+    check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
+    host = host_fingerprint(device, engine)
+    if dry_run:
+        store = Store(db_path) if db_path.exists() else None
+    else:
+        check_writable(db_path)
+        store = Store(db_path)
+    name = study or f"{space.name}-{profile.name}-x{node_count}"
+    stored = store.study_space(name) if store else None
+    if stored is not None:
+        check_same_experiment(name, stored, space)
+    probes = store.probe_results(host.key()) if store else []
+    pruner = Pruner(
+        [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count)]
+    )
+    ctx = TrialContext(
+        study=name,
+        space=space,
+        model=model,
+        engine=engine,
+        logs_dir=logs_dir,
+        accuracy=accuracy,
+        launcher=launcher_name,
+        cluster=cluster,
+        watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
+    )
+    return SearchPlan(
+        space=space,
+        engine=engine,
+        hardware=profile,
+        nodes=node_count,
+        study=name,
+        host=host,
+        db_path=db_path,
+        store=store,
+        pruner=pruner,
+        ctx=ctx,
+        candidates_total=count_candidates(space),
+        candidates_after_rules=len(kept),
+        first=first,
+    )
+
+
+#: predictions closer than this (relative) are ties: below what the roofline planner can tell apart
+PLANNER_TIE = 0.05
+
+
+def planner_order(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Callable[[list[Candidate]], list[Candidate]]:
+    """The planner's prior for the first trials: candidates by predicted decode tok/s, best first.
+    Predictions within PLANNER_TIE of each other are ties (bands of that width down from the best),
+    and among ties the candidate that changes fewer knobs from the baseline comes first: the
+    planner's gain is the same, and each extra untested change is one more way to fail."""
+    base = baseline(space)
+
+    def changes(candidate: Candidate) -> int:
+        return sum(1 for k in space.knobs if candidate.params.get(k.name, candidate.env.get(k.name))
+                   != base.params.get(k.name, base.env.get(k.name)))
+
+    def order(candidates: list[Candidate]) -> list[Candidate]:
+        scored = [(estimate(space, c, hardware, nodes).decode_tps or 0.0, c) for c in candidates]
+        top = max((tps for tps, _ in scored), default=0.0)
+
+        def band(tps: float) -> int:
+            return int(math.log(top / tps) / math.log(1 + PLANNER_TIE)) if tps > 0 and top > 0 else 10**6
+
+        return [c for _, c in sorted(scored, key=lambda x: (band(x[0]), changes(x[1])))]
+
+    return order
+
+
+def predicted_order(plan: SearchPlan) -> Callable[[list[Candidate]], list[Candidate]]:
+    return planner_order(plan.space, plan.hardware, plan.nodes)
+
+
+def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:
+    """`--try kv_cache_dtype=fp8,draft_k=4` -> the candidate with those knob values (others at default)."""
+    knobs = {k.name: k for k in space.knobs}
+    out = []
+    for text in tries:
+        tuned = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, raw = part.partition("=")
+            if not sep or name not in knobs:
+                raise ConfigError(f"--try {text!r}: {part!r} is not KNOB=VALUE for a knob of {space.name!r}")
+            matches = [v for v in knobs[name].values if str(v).lower() == raw.lower() or (v is None and raw in ("null", "none", "auto"))]
+            if not matches:
+                allowed = ", ".join(map(str, knobs[name].values))
+                raise ConfigError(f"--try {text!r}: {name} has no value {raw!r}; values: {allowed}")
+            tuned[name] = matches[0]
+        out.append(make_candidate(space, {**space.baseline_params(), **tuned}))
+    return out

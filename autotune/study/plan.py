@@ -1,0 +1,47 @@
+"""A checked search, ready to run (SearchPlan): the space, engine, hardware, study, host and the
+pruner, made by autotune/commands/setup.py; nothing launched or written yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.engines import Engine
+from autotune.models import (
+    Candidate,
+    HardwareProfile,
+    HostFingerprint,
+    SearchSpace,
+)
+from autotune.space.candidates import (
+    Pruner,
+    enumerate_candidates,
+)
+from autotune.store import Store
+from autotune.trial.run import TrialContext
+
+
+class SearchPlan(BaseModel):
+    """A checked search, ready to run: nothing has been launched or written yet."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    space: SearchSpace
+    engine: Engine
+    hardware: HardwareProfile
+    nodes: int
+    study: str
+    host: HostFingerprint
+    db_path: Path
+    store: Store | None
+    pruner: Pruner
+    ctx: TrialContext
+    candidates_total: int
+    candidates_after_rules: int
+    first: list[Candidate] = []
+
+
+def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:
+    """Every candidate with the reason it is pruned (None = it would be launched)."""
+    return [(c, plan.pruner.reason(c)) for c in enumerate_candidates(plan.space)]
