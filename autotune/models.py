@@ -537,6 +537,10 @@ class Candidate(Record):
         blob = json.dumps({"engine": self.engine, "params": self.params, "env": self.env}, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
+    def values(self) -> dict[str, Scalar]:
+        """Every knob's value: the environment's, then the engine params' (a knob is one or the other)."""
+        return {**self.env, **self.params}
+
     def label(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.params.items()) if v is not None]
         parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
@@ -788,6 +792,35 @@ class TrialResult(Record):
 
 
 VerdictStatus = Literal["winner", "no winner", "not confirmed"]
+
+
+class LearnedFailure(Record):
+    """A failure learned on a host (a row of `failures` in runs.db): a candidate holding every one of
+    `knob_values` (engine params or environment) is not launched there again."""
+
+    id: int
+    host_key: str
+    engine: str
+    failure_class: str
+    feature: str | None = None
+    implicates: list[str] = Field(default_factory=list)
+    knob_values: dict[str, Scalar]
+    evidence: list[str] = Field(default_factory=list)
+    study: str | None = None
+    trial: int | None = None
+    learned_at: str
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LearnedFailure:
+        return cls(**{**row, "implicates": json.loads(row["implicates"] or "[]"), "knob_values": json.loads(row["knob_values"]),
+                      "evidence": [line for line in (row["evidence"] or "").split("\n") if line]})
+
+    def matches(self, candidate: Candidate) -> bool:
+        held = candidate.values()
+        return bool(self.knob_values) and all(held.get(k) == v for k, v in self.knob_values.items())
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.knob_values.items())
 
 
 class ClassAttempt(Record):

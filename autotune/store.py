@@ -34,8 +34,8 @@ from autotune.models import (
     ConfirmationLaunch,
     FailureInfo,
     HostFingerprint,
+    LearnedFailure,
     ProbeResult,
-    Scalar,
     SearchSpace,
     TrialResult,
     utc_now,
@@ -227,19 +227,6 @@ def m007_accuracy_failures(db: sqlite_utils.Database) -> None:
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
 CUT_STATUSES = ("interrupted", "crashed")
 ATTEMPTS_BEFORE_FAILURE = 2
-
-
-class LearnedFailure(dict[str, Any]):
-    """A failure row: `knob_values` is what a candidate must hold for the failure to apply."""
-
-    @property
-    def knob_values(self) -> dict[str, Scalar]:
-        return json.loads(self["knob_values"])
-
-    def matches(self, candidate: Candidate) -> bool:
-        values = self.knob_values
-        return bool(values) and all(candidate.params.get(k) == v for k, v in values.items())
-
 
 
 def check_writable(db_path: Path) -> None:
@@ -516,7 +503,7 @@ class Store:
         study: str | None = None,
         trial: int | None = None,
     ) -> None:
-        values = {k: candidate.params.get(k) for k in failure.implicates}
+        values = {k: candidate.values().get(k) for k in failure.implicates}
         self.db["failures"].insert(
             {
                 "host_key": host_key,
@@ -534,7 +521,7 @@ class Store:
 
     def learned_failures(self, host_key: str, engine: str) -> list[LearnedFailure]:
         return [
-            LearnedFailure(row)
+            LearnedFailure.from_row(row)
             for row in self.db["failures"].rows_where("host_key = ? and engine = ?", [host_key, engine], order_by="id")
         ]
 

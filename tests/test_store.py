@@ -196,3 +196,20 @@ def test_a_studys_outcome_judges_with_the_noise_of_its_own_objective(tmp_path):
                                     metric=metric)
     assert outcome_of(store, "wave").noise.sigma == pytest.approx(math.log(1.5) / math.sqrt(2))
     assert outcome_of(store, "plain").noise.sigma == pytest.approx(math.log(100.5 / 100) / math.sqrt(2))
+
+
+def test_a_learned_failure_on_an_env_knob_matches_only_candidates_holding_its_value(tmp_path):
+    """An env-kind knob lives in Candidate.env: a failure that implicates it learns that value and
+    prunes only candidates that hold it (before: it learned None and matched every candidate)."""
+    from autotune.models import Candidate
+
+    store = Store(tmp_path / "runs.db")
+    failing = Candidate(engine="vllm", params={"kv_cache_dtype": "fp8"}, env={"VLLM_USE_X": "1"})
+    failure = FailureInfo(failure_class="kv_dtype_unsupported", message="x", implicates=["VLLM_USE_X", "kv_cache_dtype"])
+    store.add_failure("host", "vllm", failure, failing, "s", 1)
+    [learned] = store.learned_failures("host", "vllm")
+    assert learned.knob_values == {"VLLM_USE_X": "1", "kv_cache_dtype": "fp8"}
+    assert learned.matches(failing)
+    assert not learned.matches(Candidate(engine="vllm", params={"kv_cache_dtype": "fp8"}, env={"VLLM_USE_X": "0"}))
+    assert not learned.matches(Candidate(engine="vllm", params={"kv_cache_dtype": "fp8"}))
+    assert learned.failure_class == "kv_dtype_unsupported" and learned.trial == 1 and learned.study == "s"

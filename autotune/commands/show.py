@@ -11,7 +11,8 @@ from pathlib import Path
 from autotune.errors import ConfigError
 from autotune.failures.isolation import Isolation
 from autotune.failures.learning import isolations, learned_in_study
-from autotune.store import LearnedFailure, Store
+from autotune.models import LearnedFailure
+from autotune.store import Store
 from autotune.study.lock import pid_alive
 from autotune.study.tuner import StudyOutcome, outcome_of
 

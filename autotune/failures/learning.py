@@ -24,7 +24,8 @@ from sqlite_utils.migrations import Migrations
 from autotune.failures.isolation import Isolation, isolate, smoke_launch
 from autotune.models import Candidate, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
 from autotune.engines.signatures import covers_for
-from autotune.store import LearnedFailure, Store
+from autotune.models import LearnedFailure
+from autotune.store import Store
 from autotune.trial.run import TrialContext
 
 #: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
@@ -89,12 +90,12 @@ def shared_cause(trials: list[TrialResult], baseline: Candidate) -> str | None:
 
 def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:
     """The failures this study's trials taught (knob values now skipped on this host)."""
-    return [LearnedFailure(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]
+    return [LearnedFailure.from_row(row) for row in store.db["failures"].rows_where("study = ?", [study], order_by="id")]
 
 
 def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str], baseline: Candidate) -> list[dict[str, Scalar]]:
     """The knob values to learn from a failure whose signature implicates knobs (see module doc)."""
-    values = {k: candidate.params.get(k) for k in failure.implicates}
+    values = {k: candidate.values().get(k) for k in failure.implicates}
     left_to_engine = [k for k, v in values.items() if v is None and selected.get(k)]
     if not left_to_engine:
         return [values]
@@ -102,10 +103,10 @@ def blamed(failure: FailureInfo, candidate: Candidate, selected: dict[str, str],
     for knob in left_to_engine:
         learned.append({**{k: v for k, v in values.items() if k != knob}, knob: selected[knob]})
     steering = {
-        k: candidate.params.get(k)
+        k: candidate.values().get(k)
         for knob in left_to_engine
         for k in SELECTION_INPUTS.get(knob, ())
-        if k in candidate.params and candidate.params.get(k) != baseline.params.get(k)
+        if k in candidate.values() and candidate.values().get(k) != baseline.values().get(k)
     }
     learned.append({**values, **steering})
     return learned
@@ -167,6 +168,8 @@ def _learn(
     values: dict[str, Scalar], evidence: list[str],
 ) -> None:
     # add_failure takes the values from the candidate: hand it one holding exactly these
-    holder = Candidate(engine=engine, params={**result.candidate.params, **values}, env=result.candidate.env)
+    env = {k: str(values[k]) for k in result.candidate.env if k in values}
+    params = {k: v for k, v in values.items() if k not in env}
+    holder = Candidate(engine=engine, params={**result.candidate.params, **params}, env={**result.candidate.env, **env})
     learned = failure.model_copy(update={"implicates": list(values), "evidence": evidence})
     store.add_failure(host_key, engine, learned, holder, result.study, result.number)

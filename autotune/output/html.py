@@ -321,9 +321,8 @@ def learned_section(store: Store, outcome: StudyOutcome, space: SearchSpace, row
     for failure in failures:
         ruled = [c for c in untried if failure.matches(c)]
         if ruled:
-            values = ", ".join(f"{k}={v}" for k, v in failure.knob_values.items())
-            where = f"study {failure['study']} trial {failure['trial']}"
-            rows.append([f"<code>{_e(values)}</code>", _e(f"{failure['failure_class']} ({where})"), str(len(ruled))])
+            where = f"study {failure.study} trial {failure.trial}"
+            rows.append([f"<code>{_e(failure.label())}</code>", _e(f"{failure.failure_class} ({where})"), str(len(ruled))])
     if not rows:
         return ""
     return "<p>Never sampled, ruled out by failures learned on this host:</p>" + _table(

@@ -13,7 +13,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from autotune.models import Candidate, FailureInfo, LaunchSpec, Objective, PlanReport, TrialResult
+from autotune.models import Candidate, FailureInfo, LaunchSpec, LearnedFailure, Objective, PlanReport, TrialResult
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
 from autotune.study.relaunch_cost import relaunch_s
@@ -521,14 +521,13 @@ def print_untested(console: Console, results: list[Any]) -> None:
         console.print(f"  {count}: {why}")
 
 
-def print_learned(console: Console, learned: list[Any]) -> None:
+def print_learned(console: Console, learned: list[LearnedFailure]) -> None:
     """The knob values failures taught this study to skip, with the class and the trial."""
     if not learned:
         return
     console.print("[bold]learned from failures[/] (skipped from now on, on this host)")
-    for row in learned:
-        values = ", ".join(f"{k}={v}" for k, v in row.knob_values.items())
-        console.print(f"  {values}: {row['failure_class']} in trial {row['trial']}", markup=False, highlight=False)
+    for failure in learned:
+        console.print(f"  {failure.label()}: {failure.failure_class} in trial {failure.trial}", markup=False, highlight=False)
 
 
 def print_isolations(console: Console, isolations: list[Any]) -> None:

@@ -309,9 +309,8 @@ class Tuner:
     def _learned_failure(self, candidate: Candidate) -> str | None:
         for failure in self.failures:
             if failure.matches(candidate):
-                values = ", ".join(f"{k}={v}" for k, v in failure.knob_values.items())
-                where = f" in trial {failure['trial']}" if failure["trial"] is not None else ""
-                return f"learned: {values} failed with {failure['failure_class']}{where}"
+                where = f" in trial {failure.trial}" if failure.trial is not None else ""
+                return f"learned: {failure.label()} failed with {failure.failure_class}{where}"
         return None
 
     def _failed_class(self, candidate: Candidate) -> str | None:
