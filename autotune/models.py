@@ -791,7 +791,16 @@ class TrialResult(Record):
         return self.status == "ok" and all(g.passed for g in self.gates)
 
 
-VerdictStatus = Literal["winner", "no winner", "not confirmed"]
+class VerdictStatus(str, Enum):
+    """What a study's answer is, decided where the verdict is (the sentence beside it is for people)."""
+
+    WINNER = "winner"
+    NO_WINNER = "no winner"
+    NOT_CONFIRMED = "not confirmed"  # too few rounds to judge: a resume runs the rest
+    BASELINE = "baseline"  # the engine defaults are the best config measured (recipes only)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class LearnedFailure(Record):
@@ -925,13 +934,18 @@ class Confirmation(Record):
     critical: float | None = None
     alpha: float | None = None
     winner: bool
+    status: VerdictStatus
     verdict: str
 
-    @property
-    def status(self) -> VerdictStatus:
-        if self.winner:
-            return "winner"
-        return "not confirmed" if self.verdict.startswith("not confirmed") else "no winner"
+    @model_validator(mode="before")
+    @classmethod
+    def _status_of_older_rows(cls, data: Any) -> Any:
+        # a confirmation stored before `status` existed said it only in its sentence
+        if isinstance(data, dict) and "status" not in data and "winner" in data:
+            words = str(data.get("verdict", ""))
+            data = {**data, "status": VerdictStatus.WINNER if data["winner"] else
+                    VerdictStatus.NOT_CONFIRMED if words.startswith("not confirmed") else VerdictStatus.NO_WINNER}
+        return data
 
 
 # ---------------------------------------------------------------- probes
@@ -1089,7 +1103,7 @@ class TradeOff(Record):
 class RecipeVerdict(Record):
     """What the recipe's claim rests on: the confirmation, the noise that judged it, the gates."""
 
-    status: Literal["winner", "no winner", "not confirmed", "baseline"]
+    status: VerdictStatus
     summary: str
     accuracy: Literal["pass", "unchecked", "fail", "not applicable"]
     launch_noise: str | None = Field(None, description="the launch-to-launch spread on this host and engine, of this objective")

@@ -304,3 +304,22 @@ def test_a_named_qeval_reference_replaces_a_baseline_without_qeval(tmp_path):
     store.set_study_reference("s", 1)
     gates = {t.number: {g.gate: g.status for g in t.gates} for t in outcome_of(store, "s").trials}
     assert gates[1]["qeval"] == "pass" and gates[2]["qeval"] == "fail"
+
+
+def test_a_confirmation_status_is_decided_with_the_verdict_not_read_from_its_wording():
+    """The status is set where the test decides it: rewording the sentence people read cannot move
+    it (before: `status` parsed `verdict.startswith("not confirmed")`)."""
+    from autotune.models import ConfirmationLaunch, TrialResult, VerdictStatus
+    from autotune.verdict.confirmation import verdict_of
+
+    def arm(number):
+        return TrialResult(study="s", number=number, candidate=Candidate(engine="llamacpp", params={"n": number}),
+                           status="ok", objective=10.0, score=10.0)
+
+    one_round = [ConfirmationLaunch(id=i + 1, study="s", best_trial=1, baseline_trial=0, round=1, trial=t, objective=v)
+                 for i, (t, v) in enumerate([(0, 10.0), (1, 12.0)])]
+    early = verdict_of("s", arm(1), arm(0), one_round, None, 0.05, 1)
+    assert early.status is VerdictStatus.NOT_CONFIRMED
+    assert early.model_copy(update={"verdict": "reworded"}).status is VerdictStatus.NOT_CONFIRMED
+    stored = Confirmation.model_validate_json(early.model_dump_json())
+    assert stored.status is VerdictStatus.NOT_CONFIRMED and '"status":"not confirmed"' in early.model_dump_json()

@@ -15,6 +15,7 @@ from autotune.models import (
     RecipeVerdict,
     SearchSpace,
     TrialResult,
+    VerdictStatus,
 )
 from autotune.output.recipe import recipe_from_trial, render_recipe
 from autotune.store import Store
@@ -38,11 +39,11 @@ def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResul
     base = outcome.baseline
     confirmation = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == chosen.number else None
     if base is not None and chosen.candidate.key() == base.candidate.key():
-        status, summary = "baseline", "the baseline (engine defaults) is the best config measured"
+        status, summary = VerdictStatus.BASELINE, "the baseline (engine defaults) is the best config measured"
     elif confirmation is not None:
         status, summary = confirmation.status, confirmation.verdict
     else:
-        status = "not confirmed"
+        status = VerdictStatus.NOT_CONFIRMED
         summary = "not confirmed: no confirmation rounds ran for this trial (autotune search --confirm-rounds 2 or more)"
     return RecipeVerdict(
         status=status,
@@ -58,8 +59,8 @@ def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResul
 
 def export_warnings(verdict: RecipeVerdict) -> list[str]:
     out = []
-    if verdict.status in ("no winner", "not confirmed"):
-        out.append(f"this recipe is not a confirmed winner ({verdict.status}): {verdict.summary}")
+    if verdict.status in (VerdictStatus.NO_WINNER, VerdictStatus.NOT_CONFIRMED):
+        out.append(f"this recipe is not a confirmed winner ({verdict.status.value}): {verdict.summary}")
     if verdict.accuracy not in ("pass", "not applicable"):
         out.append(f"accuracy {verdict.accuracy}: the recipe's gates did not all pass with evidence")
     if verdict.tradeoffs:

@@ -3,7 +3,7 @@ launch noise (the relaunches themselves are run by autotune/study/confirm.py).""
 
 from __future__ import annotations
 
-from autotune.models import Confirmation, ConfirmationLaunch, TrialResult
+from autotune.models import Confirmation, ConfirmationLaunch, TrialResult, VerdictStatus
 from autotune.verdict.noise import LaunchNoise, RatioJudgement, judge_launches
 
 
@@ -34,21 +34,19 @@ def verdict_of(
     earlier = rounds - rounds_now
     span = f"{rounds} interleaved rounds" + (f" ({earlier} of them in earlier sittings)" if earlier > 0 else "")
     result = judge(best_s, base_s, prior, alpha)
+    status = VerdictStatus.NO_WINNER if failed else result.status
     if failed:
         verdict = f"no winner: a re-launch failed during confirmation ({result.why})"
-        winner = False
-    elif result.winner:
+    elif status is VerdictStatus.WINNER:
         verdict = f"winner: trial {best.number} is {result.why}, {span}"
-        winner = True
-    elif result.why.startswith("not confirmed"):
+    elif status is VerdictStatus.NOT_CONFIRMED:
         verdict = f"{result.why} ({span} so far; a resume runs the rest)" if rounds else result.why
-        winner = False
     else:
         verdict = f"no winner: {result.why}, {span}"
-        winner = False
     return Confirmation(
         study=study, best_trial=best.number, baseline_trial=baseline.number, rounds=rounds, rounds_now=rounds_now,
         launches=[x.id for x in launches], best_samples=best_s, baseline_samples=base_s,
         ratio=round(result.ratio, 4), noise=round(result.sigma, 4), noise_df=result.df,
-        t_statistic=result.t_statistic, critical=result.critical, alpha=alpha, winner=winner, verdict=verdict,
+        t_statistic=result.t_statistic, critical=result.critical, alpha=alpha,
+        winner=status is VerdictStatus.WINNER, status=status, verdict=verdict,
     )

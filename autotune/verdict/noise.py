@@ -19,6 +19,8 @@ import statistics
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.models import VerdictStatus
+
 # one-sided Student t quantiles t(1 - alpha, df) for the alphas a space may set; df > 30 uses 30's
 _T_QUANTILES: dict[float, list[float]] = {
     0.05: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,
@@ -84,6 +86,7 @@ class RatioJudgement(BaseModel):
     critical: float | None = None
     alpha: float
     winner: bool
+    status: VerdictStatus
     why: str
 
 
@@ -93,7 +96,7 @@ def judge_launches(best: list[float], base: list[float], prior: LaunchNoise | No
     ratio = statistics.median(best) / statistics.median(base) if best and base else 0.0
     if min(len(best), len(base)) < MIN_ROUNDS:
         return RatioJudgement(
-            ratio=ratio, alpha=alpha, winner=False,
+            ratio=ratio, alpha=alpha, winner=False, status=VerdictStatus.NOT_CONFIRMED,
             why=f"not confirmed: {len(best)} vs {len(base)} launches; a verdict needs at least {MIN_ROUNDS} of each",
         )
     here = pooled([best, base])
@@ -114,7 +117,8 @@ def judge_launches(best: list[float], base: list[float], prior: LaunchNoise | No
     )
     return RatioJudgement(
         ratio=ratio, sigma=sigma, df=df, t_statistic=round(t_stat, 4) if math.isfinite(t_stat) else None,
-        critical=critical, alpha=alpha, winner=winner, why=why,
+        critical=critical, alpha=alpha, winner=winner,
+        status=VerdictStatus.WINNER if winner else VerdictStatus.NO_WINNER, why=why,
     )
 
 
