@@ -227,9 +227,9 @@ class Table:
                 result = result.model_copy(update={"needle": result.needle if gates.needle else None,
                                                    "qeval": result.qeval if gates.qeval else None})
             ok = result.status == "ok" and result.objective and result.score is not None
-            why = dominated(result.objective, result.score) if dominated and ok else None
-            if why:  # as run_trial does: throughput measured, gates skipped
-                result = result.model_copy(update={"needle": None, "qeval": None, "dominated": why})
+            skip = dominated(result.objective, result.score) if dominated and ok else None
+            if skip is not None:  # as run_trial does: throughput measured, gates skipped
+                result = result.model_copy(update={"needle": None, "qeval": None, **skip.fields()})
             elif reuse is not None and result.status == "ok":  # as run_trial does: the donor's accuracy
                 result = result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
             return result

@@ -56,8 +56,8 @@ class Engine:
         result = TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=value,
                              score=value, duration_s=30.0)
         skip = dominated(value, value) if dominated else None
-        if skip:
-            return result.model_copy(update={"dominated": skip})
+        if skip is not None:
+            return result.model_copy(update=skip.fields())
         if reuse is not None:
             return result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
         self.gated.append(number)

@@ -18,7 +18,9 @@ def _trial(number: int, objective: float, **extra) -> TrialResult:
 def test_below_the_incumbent_beyond_two_standard_errors_is_dominated():
     check = dominated_check(_trial(3, 40.0), NOISE)
     assert check is not None
-    assert check(30.0, 30.0) and "incumbent trial 3" in check(30.0, 30.0)  # x0.75
+    skip = check(30.0, 30.0)  # x0.75
+    assert skip is not None and skip.kind.value == "dominated" and "incumbent trial 3" in skip.why
+    assert skip.fields() == {"dominated": skip.why}
     assert check(45.0, 45.0) is None  # faster: it may become the best
 
 
@@ -46,8 +48,8 @@ def test_on_a_fresh_host_a_candidate_below_the_incumbent_still_skips_its_gates()
     never rank first, noise known or not: its gates would not change the pick."""
     check = dominated_check(_trial(3, 40.0), None)
     assert check is not None
-    why = check(38.0, 38.0)
-    assert why and "incumbent trial 3" in why and "cannot rank first" in why
+    why = check(38.0, 38.0).why
+    assert "incumbent trial 3" in why and "cannot rank first" in why
     assert check(40.0, 40.0)  # a tie in score goes to the earlier trial
     assert check(45.0, 45.0) is None  # faster: it may become the best, the gates run
     assert check(45.0, 39.0) and not check(39.0, 41.0)  # the score decides, as it does in rank()
@@ -56,8 +58,8 @@ def test_on_a_fresh_host_a_candidate_below_the_incumbent_still_skips_its_gates()
 def test_inside_the_noise_is_said_apart_from_beyond_it():
     check = dominated_check(_trial(3, 40.0), NOISE)
     assert check is not None
-    assert "beyond the launch noise" in check(30.0, 30.0)
-    inside = check(38.0, 38.0)
+    assert "beyond the launch noise" in check(30.0, 30.0).why
+    inside = check(38.0, 38.0).why
     assert "inside the launch noise" in inside and "cannot rank first" in inside
 
 

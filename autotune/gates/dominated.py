@@ -12,12 +12,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict
 
 from autotune.models import TrialResult
 from autotune.verdict.noise import LaunchNoise, single_launch_limit
 
+
+class SkipKind(str, Enum):
+    DOMINATED = "dominated"  # its score cannot rank first: the gates would not change the pick
+    DEFERRED = "deferred"  # faster than the incumbent: its gates run at the end (autotune.study.deferred)
+
+
+class GatesSkipped(BaseModel):
+    """Why a trial's gates do not run in its own launch; `why` is the sentence people read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SkipKind
+    why: str
+
+    def fields(self) -> dict[str, str]:
+        """The TrialResult field that records it: `dominated` or `deferred`."""
+        return {self.kind.value: self.why}
+
+
 #: (objective, score) -> why the gates are skipped, or None to run them
-DominatedCheck = Callable[[float, float], str | None]
+DominatedCheck = Callable[[float, float], GatesSkipped | None]
 
 
 def dominated_check(
@@ -31,7 +53,7 @@ def dominated_check(
     tail = (f"its score ranks first only if trial {incumbent.number} fails its deferred gates, so its own run only then"
             if incumbent_unchecked else "its score cannot rank first, so the gates were skipped")
 
-    def check(objective: float, score: float) -> str | None:
+    def check(objective: float, score: float) -> GatesSkipped | None:
         if objective <= 0 or score > best_score:
             return None
         gap = f"{objective:.1f} vs incumbent trial {incumbent.number} {best:.1f}: x{objective / best:.2f}"
@@ -41,6 +63,6 @@ def dominated_check(
             where = f"below it beyond the launch noise ({noise.describe()}, 2 standard errors)"
         else:
             where = f"inside the launch noise ({noise.describe()}): tied at best"
-        return f"{gap}, {where}; {tail}"
+        return GatesSkipped(kind=SkipKind.DOMINATED, why=f"{gap}, {where}; {tail}")
 
     return check

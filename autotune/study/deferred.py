@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.gates.dominated import DominatedCheck
+from autotune.gates.dominated import DominatedCheck, GatesSkipped, SkipKind
 from autotune.models import Candidate, TrialResult
 from autotune.trial.run import TrialContext, objective_only
 
@@ -43,17 +43,10 @@ def reference_context(ctx: TrialContext) -> TrialContext:
 def lazy(check: DominatedCheck | None) -> DominatedCheck:
     """The skip rule with gates at the end: dominated where `check` says so, else deferred."""
 
-    def skip(objective: float, score: float) -> str | None:
-        return (check(objective, score) if check else None) or DEFERRED
+    def skip(objective: float, score: float) -> GatesSkipped:
+        return (check(objective, score) if check else None) or GatesSkipped(kind=SkipKind.DEFERRED, why=DEFERRED)
 
     return skip
-
-
-def settle(result: TrialResult) -> TrialResult:
-    """A trial that skipped its gates as deferred says so in `deferred`, not in `dominated`."""
-    if result.dominated == DEFERRED:
-        return result.model_copy(update={"dominated": None, "deferred": DEFERRED})
-    return result
 
 
 def pending(trial: TrialResult) -> bool:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.study.deferred import (
     REFERENCE_NEEDLE, gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, reference_context,
-    relaunch_label, settle,
+    relaunch_label,
 )
 from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
@@ -571,7 +571,6 @@ class Tuner:
             before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
             reference = reference_of(self.store, self.ctx.study, [*before, result])
             predicted = self.predict(candidate) if self.predict else {}
-            result = settle(result)
             if wait_needle and result.status == "ok":
                 result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
             gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),

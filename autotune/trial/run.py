@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
-from autotune.gates.dominated import DominatedCheck
+from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, EngineStartError
 from autotune.launchers import open_server
@@ -119,7 +119,7 @@ class Measured(BaseModel):
     measurements: list[Measurement] = []
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
-    dominated: str | None = None
+    skip: GatesSkipped | None = None  # why its gates did not run in this launch
     accuracy_from: int | None = None
 
 
@@ -172,17 +172,17 @@ async def measure(
             out.measurements += await throughput.measure_concurrency(sender, workload)
         if dominated is not None and ctx.accuracy:
             objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
-            out.dominated = dominated(objective, score)
-            if out.dominated:
-                events(f"dominated: {out.dominated}")
-        if reuse is not None and ctx.accuracy and not out.dominated:
+            out.skip = dominated(objective, score)
+            if out.skip is not None:
+                events(f"{out.skip.kind.value}: {out.skip.why}")
+        if reuse is not None and ctx.accuracy and out.skip is None:
             out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
             events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
-        if ctx.accuracy and ctx.space.gates.needle and not out.dominated and reuse is None:
+        if ctx.accuracy and ctx.space.gates.needle and out.skip is None and reuse is None:
             events("needle")
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.accuracy and ctx.space.gates.qeval and not out.dominated and reuse is None:
+        if ctx.accuracy and ctx.space.gates.qeval and out.skip is None and reuse is None:
             events("qeval")
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
@@ -287,11 +287,11 @@ def run_trial(
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
         qeval=measured.qeval,
-        dominated=measured.dominated,
         accuracy_from=measured.accuracy_from,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,
         phase_s=clock.ordered(),
+        **(measured.skip.fields() if measured.skip else {}),
         **common,
     )
