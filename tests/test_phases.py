@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autotune.cli import main
 from autotune.models import Candidate, TrialResult
-from autotune.trial.phases import PhaseClock, phase_of
+from autotune.trial.phases import PHASES, Phase, PhaseClock, Step
 from autotune.space.candidates import load_space
 from autotune.store import Store
 
@@ -20,40 +20,32 @@ class FakeClock:
         return self.now
 
 
-def test_phase_events_map_to_phases_and_progress_lines_do_not():
-    assert phase_of("warm-up") == "warm-up"
-    assert phase_of("decode (prose)") == "decode"
-    assert phase_of("decode after a long prompt") == "decode"
-    assert phase_of("cold prefill") == "prefill"
-    assert phase_of("needle") == "needle" and phase_of("qeval") == "qeval"
-    assert phase_of("decode (prose): 2/4 requests done") is None
-    assert phase_of("qeval: 3/24 items done") is None
-    assert phase_of("engine up after 4.1 s") is None
+def test_steps_name_their_phase_and_say_what_the_status_line_shows():
+    assert Step.of(Phase.WARM_UP) == Step(phase=Phase.WARM_UP, label="warm-up")
+    assert Step.decode("prose").phase is Phase.DECODE and Step.decode("prose").label == "decode (prose)"
+    assert Step.long_decode().phase is Phase.DECODE
+    assert Step.of(Phase.PREFILL).label == "cold prefill"  # the label is for people, the phase for the clock
+    assert PHASES == ("start", "warm-up", "decode", "prefill", "concurrency", "needle", "qeval", "teardown")
 
 
-def test_the_clock_adds_seconds_until_the_next_phase_and_passes_events_on():
+def test_the_clock_adds_seconds_until_the_next_phase():
     clock = FakeClock()
     phases = PhaseClock(clock)
-    seen: list[str] = []
-    events = phases.listen(seen.append)
-    phases.enter("start")
+    phases.enter(Phase.START)
     clock.now = 4.0
     phases.stop()
-    events("warm-up")
+    phases.enter(Phase.WARM_UP)
     clock.now = 5.0
-    events("decode (prose)")
-    clock.now = 9.0
-    events("decode (prose): 1/2 requests done")  # inside the phase: changes nothing
+    phases.enter(Phase.DECODE)
     clock.now = 11.0
-    events("decode (structured)")  # the same phase again: adds up
+    phases.enter(Phase.DECODE)  # the same phase again (another prompt set): adds up
     clock.now = 14.0
-    events("qeval")
+    phases.enter(Phase.QEVAL)
     clock.now = 20.5
     phases.stop()
-    phases.enter("teardown")
+    phases.enter(Phase.TEARDOWN)
     clock.now = 21.0
     phases.stop()
-    assert seen == ["warm-up", "decode (prose)", "decode (prose): 1/2 requests done", "decode (structured)", "qeval"]
     assert phases.ordered() == {"start": 4.0, "warm-up": 1.0, "decode": 9.0, "qeval": 6.5, "teardown": 0.5}
     assert list(phases.ordered()) == ["start", "warm-up", "decode", "qeval", "teardown"]
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from autotune.models import Candidate, RequestResult, TrialResult
 from autotune.trial.requests import CountingClient, RequestProgress
 from autotune.study.forecast import eta_s, fmt_duration
+from autotune.trial.phases import Phase, Step
 from autotune.trial.requests import workload_requests
 from autotune.planner.roofline import estimate
 from autotune.commands.search import forecast
@@ -63,7 +64,7 @@ def test_status_line_clock_moves_without_new_events_and_shows_the_engine_log(tmp
 
 def test_request_progress_counts_requests_per_phase_and_names_items():
     seen: list[str] = []
-    progress = RequestProgress(seen.append, {"decode (prose)": 2, "qeval": 3})
+    progress = RequestProgress(seen.append, {Step.decode("prose"): 2, Step.of(Phase.QEVAL): 3})
 
     class Echo:
         async def chat(self, messages, max_tokens, **extra):
@@ -78,11 +79,11 @@ def test_request_progress_counts_requests_per_phase_and_names_items():
     client = CountingClient(Echo(), progress.request_done)
 
     async def go() -> None:
-        progress.phase("decode (prose)")
+        progress.open(Step.decode("prose"))
         await client.chat([], 8)
         await client.count_tokens("not a request")
         await client.chat([], 8)
-        progress.phase("qeval")
+        progress.open(Step.of(Phase.QEVAL))
         await client.complete("ok", 8)
         await client.complete("bad", 8)
 
@@ -101,9 +102,9 @@ def test_workload_requests_match_the_space():
     space = load_space("llamacpp-gemma3-270m")
     phases = workload_requests(space, 2048)
     work = space.workload
-    assert phases["decode (prose)"] == work.repeats * work.prompts_per_set
-    assert phases["qeval"] == space.gates.qeval.tasks
-    assert phases["needle"] == 3 * 3  # 3 length fractions x 3 depths
+    assert phases[Step.decode("prose")] == work.repeats * work.prompts_per_set
+    assert phases[Step.of(Phase.QEVAL)] == space.gates.qeval.tasks
+    assert phases[Step.of(Phase.NEEDLE)] == 3 * 3  # 3 length fractions x 3 depths
 
 
 def test_the_first_guess_counts_the_needle_test_the_study_runs_not_the_models_whole_context():
@@ -120,7 +121,7 @@ def test_the_first_guess_counts_the_needle_test_the_study_runs_not_the_models_wh
     from autotune.space.candidates import needle_lengths
 
     needle_in = len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
-    needle_out = workload_requests(space, 2048)["needle"] * space.gates.needle.max_tokens
+    needle_out = workload_requests(space, 2048)[Step.of(Phase.NEEDLE)] * space.gates.needle.max_tokens
     assert guess - workload_guess_s(without, True, 20.0, 100.0) == pytest.approx(needle_in / 100.0 + needle_out / 20.0)
     assert guess < 15 * 60
 

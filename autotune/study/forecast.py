@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import get_engine
 from autotune.models import SearchSpace, TrialResult
 from autotune.store import Store
+from autotune.trial.phases import Phase, Step
 from autotune.trial.requests import workload_requests
 
 
@@ -66,7 +67,7 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-GATE_PHASES = ("needle", "qeval")
+GATE_PHASES = (Phase.NEEDLE.value, Phase.QEVAL.value)
 
 
 def gates_time_s(trial: TrialResult) -> float:
@@ -99,8 +100,8 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
     work = space.workload
     ctx = context_tokens(space, baseline(space))
     phases = workload_requests(space, ctx)
-    decode_requests = sum(n for p, n in phases.items() if p.startswith("decode"))
-    out_tokens = decode_requests * work.decode_max_tokens + phases.get("warm-up", 0) * 16
+    decode_requests = sum(n for step, n in phases.items() if step.phase is Phase.DECODE)
+    out_tokens = decode_requests * work.decode_max_tokens + phases.get(Step.of(Phase.WARM_UP), 0) * 16
     in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
     if accuracy and space.gates.qeval:
         from autotune.bench.qeval import request_tokens_guess
@@ -109,7 +110,7 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
         out_tokens += answers // 2  # most answers stop well inside their budget
         in_tokens += prompt
     if accuracy and space.gates.needle:
-        out_tokens += phases.get("needle", 0) * space.gates.needle.max_tokens
+        out_tokens += phases.get(Step.of(Phase.NEEDLE), 0) * space.gates.needle.max_tokens
         in_tokens += len(set(space.gates.needle.depths)) * sum(needle_lengths(space))
     tps = decode_tps or 20.0
     pps = prefill_tps or 200.0

@@ -15,9 +15,10 @@ import statistics
 
 from autotune.models import Objective, TrialResult
 from autotune.study.forecast import gates_time_s
+from autotune.trial.phases import Phase
 
 #: phases of a trial that an objective-only relaunch runs again
-RELAUNCH_PHASES = ("start", "warm-up", "decode", "teardown")
+RELAUNCH_PHASES = tuple(p.value for p in (Phase.START, Phase.WARM_UP, Phase.DECODE, Phase.TEARDOWN))
 
 
 def _phases_s(trial: TrialResult, phases: tuple[str, ...]) -> float:
@@ -27,7 +28,7 @@ def _phases_s(trial: TrialResult, phases: tuple[str, ...]) -> float:
 def warm_trials(trials: list[TrialResult]) -> list[TrialResult]:
     """The launched trials with their phases timed, the study's first (cold) launch left out when
     another exists."""
-    timed = sorted((t for t in trials if t.status == "ok" and t.phase_s.get("start")), key=lambda t: t.started_at)
+    timed = sorted((t for t in trials if t.status == "ok" and t.phase_s.get(Phase.START.value)), key=lambda t: t.started_at)
     return timed[1:] if len(timed) > 1 else timed
 
 
@@ -38,7 +39,7 @@ def relaunch_s(trials: list[TrialResult], objective: Objective, measured: list[f
     done = [s for s in (measured or []) if s and s > 0]
     if done:
         return statistics.median(done)
-    phases = RELAUNCH_PHASES + (("concurrency",) if objective.concurrency else ())
+    phases = RELAUNCH_PHASES + ((Phase.CONCURRENCY.value,) if objective.concurrency else ())
     priced = [_phases_s(t, phases) for t in warm_trials(trials)]
     priced = [s for s in priced if s > 0]
     return statistics.median(priced) if priced else None

@@ -1,42 +1,68 @@
 """Where a trial's seconds go: start, warm-up, decode, prefill, concurrency, needle, qeval, teardown.
 
-The measuring code already names each phase as it enters it (the progress events); a PhaseClock
-listens to those events and adds the seconds until the next phase (or `stop`) to that phase.
+The measuring code opens each step by its Phase (trial/run.py): the PhaseClock adds the seconds
+until the next phase (or `stop`) to that phase, the request counter (trial/requests.py) starts
+counting the step's requests, and the status line shows the step's label.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from enum import Enum
 
-PHASES = ("start", "warm-up", "decode", "prefill", "concurrency", "needle", "qeval", "teardown")
+from pydantic import BaseModel, ConfigDict
 
-#: the start of a progress event -> the phase it opens
-_EVENT_PHASES = (
-    ("warm-up", "warm-up"),
-    ("decode", "decode"),  # "decode (prose)", "decode (structured)", "decode after a long prompt"
-    ("cold prefill", "prefill"),
-    ("concurrency", "concurrency"),
-    ("needle", "needle"),
-    ("qeval", "qeval"),
-)
+class Phase(str, Enum):
+    """Where a trial's seconds go, in the order a trial runs them."""
+
+    START = "start"
+    WARM_UP = "warm-up"
+    DECODE = "decode"
+    PREFILL = "prefill"
+    CONCURRENCY = "concurrency"
+    NEEDLE = "needle"
+    QEVAL = "qeval"
+    TEARDOWN = "teardown"
+
+    def __str__(self) -> str:
+        return self.value
 
 
-def phase_of(event: str) -> str | None:
-    """The phase an event opens; None for an event inside a phase ("decode (prose): 2/4 requests done")."""
-    if ": " in event:
-        return None
-    return next((phase for prefix, phase in _EVENT_PHASES if event.startswith(prefix)), None)
+PHASES = tuple(p.value for p in Phase)
+#: what the status line says when a phase opens, where it is not the phase's own name
+LABELS = {Phase.PREFILL: "cold prefill"}
+
+
+class Step(BaseModel):
+    """One step a trial opens: its phase (timed by the PhaseClock) and what the status line says."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    phase: Phase
+    label: str
+
+    @classmethod
+    def of(cls, phase: Phase) -> Step:
+        return cls(phase=phase, label=LABELS.get(phase, phase.value))
+
+    @classmethod
+    def decode(cls, prompt_set: str) -> Step:
+        return cls(phase=Phase.DECODE, label=f"decode ({prompt_set})")
+
+    @classmethod
+    def long_decode(cls) -> Step:
+        return cls(phase=Phase.DECODE, label="decode after a long prompt")
 
 
 class PhaseClock:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.seconds: dict[str, float] = {}
-        self._current: str | None = None
+        self._current: Phase | None = None
         self._since = 0.0
 
-    def enter(self, phase: str) -> None:
+    def enter(self, phase: Phase) -> None:
         self.stop()
         self._current, self._since = phase, self.clock()
 
@@ -45,19 +71,8 @@ class PhaseClock:
             self.add(self._current, self.clock() - self._since)
             self._current = None
 
-    def add(self, phase: str, seconds: float) -> None:
-        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + seconds, 3)
-
-    def listen(self, events: Callable[[str], None]) -> Callable[[str], None]:
-        """`events`, timing the phases its texts name."""
-
-        def timed(text: str) -> None:
-            phase = phase_of(text)
-            if phase is not None:
-                self.enter(phase)
-            events(text)
-
-        return timed
+    def add(self, phase: Phase, seconds: float) -> None:
+        self.seconds[phase.value] = round(self.seconds.get(phase.value, 0.0) + seconds, 3)
 
     def ordered(self) -> dict[str, float]:
         return {p: self.seconds[p] for p in PHASES if p in self.seconds}

@@ -8,35 +8,36 @@ from typing import Any
 
 from autotune.bench.client import ChatClient, Messages
 from autotune.models import RequestResult, SearchSpace
+from autotune.trial.phases import Phase, Step
 
 PROMPTS_PER_SET_SHIPPED = 3  # autotune/bench/prompts/*.yaml hold at least this many prompts each
 
 
 class RequestProgress:
-    """Wraps a trial's event callback: a phase event resets the count, each finished request
-    reports `phase: n/total requests` (items for needle and qeval)."""
+    """Wraps a trial's event callback: opening a step resets the count, each finished request
+    reports `step: n/total requests` (items for needle and qeval), out of `expected[step]`."""
 
-    ITEM_PHASES = ("needle", "qeval")
+    ITEM_PHASES = (Phase.NEEDLE, Phase.QEVAL)
 
-    def __init__(self, events: Callable[[str], None], expected: dict[str, int]) -> None:
+    def __init__(self, events: Callable[[str], None], expected: dict[Step, int]) -> None:
         self.events = events
         self.expected = expected
-        self.phase_name = ""
+        self.step: Step | None = None
         self.done = 0
 
-    def phase(self, text: str) -> None:
-        self.phase_name, self.done = text, 0
-        self.events(text)
+    def open(self, step: Step) -> None:
+        self.step, self.done = step, 0
+        self.events(step.label)
 
     def request_done(self, result: RequestResult) -> None:
-        if not self.phase_name:
+        if self.step is None:
             return
         self.done += 1
-        unit = "items" if self.phase_name in self.ITEM_PHASES else "requests"
-        total = self.expected.get(self.phase_name)
+        unit = "items" if self.step.phase in self.ITEM_PHASES else "requests"
+        total = self.expected.get(self.step)
         count = f"{self.done}/{total}" if total else str(self.done)
         failed = "" if result.ok else " (last one failed)"
-        self.events(f"{self.phase_name}: {count} {unit} done{failed}")
+        self.events(f"{self.step.label}: {count} {unit} done{failed}")
 
 
 class CountingClient:
@@ -60,21 +61,21 @@ class CountingClient:
         return await self.client.count_tokens(text)
 
 
-def workload_requests(space: SearchSpace, context_tokens: int) -> dict[str, int]:
-    """Requests one trial sends per phase (phase names as trial.measure reports them)."""
+def workload_requests(space: SearchSpace, context_tokens: int) -> dict[Step, int]:
+    """Requests one trial sends per step."""
     from autotune.space.candidates import needle_lengths
 
     work = space.workload
     per_set = work.repeats * min(work.prompts_per_set, PROMPTS_PER_SET_SHIPPED)
-    out: dict[str, int] = {"warm-up": work.warmup_requests}
-    out.update({f"decode ({name})": per_set for name in work.prompt_sets})
+    out: dict[Step, int] = {Step.of(Phase.WARM_UP): work.warmup_requests}
+    out.update({Step.decode(name): per_set for name in work.prompt_sets})
     if work.prefill_tokens:
         fitting = [d for d in work.prefill_tokens if d + 64 <= context_tokens]
-        out["cold prefill"] = 3 + work.prefill_repeats * len(fitting)
+        out[Step.of(Phase.PREFILL)] = 3 + work.prefill_repeats * len(fitting)
     if any(c > 1 for c in work.concurrency):
-        out["concurrency"] = sum(c for c in work.concurrency if c > 1)
+        out[Step.of(Phase.CONCURRENCY)] = sum(c for c in work.concurrency if c > 1)
     if space.gates.needle:  # the study's needle test, the same for every candidate
-        out["needle"] = len(needle_lengths(space)) * len(set(space.gates.needle.depths))
+        out[Step.of(Phase.NEEDLE)] = len(needle_lengths(space)) * len(set(space.gates.needle.depths))
     if space.gates.qeval:
-        out["qeval"] = space.gates.qeval.tasks
+        out[Step.of(Phase.QEVAL)] = space.gates.qeval.tasks
     return out

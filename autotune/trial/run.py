@@ -34,7 +34,7 @@ from autotune.models import (
     TrialResult,
     utc_now,
 )
-from autotune.trial.phases import PhaseClock
+from autotune.trial.phases import Phase, PhaseClock, Step
 from autotune.engines.signatures import UNCLASSIFIED
 from autotune.space.candidates import context_tokens, needle_lengths
 
@@ -143,32 +143,36 @@ async def measure(
         base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
-        events, client = counted.phase, CountingClient(http_client, counted.request_done)
+        client = CountingClient(http_client, counted.request_done)
         sender = throughput.requests_for(client, workload)  # accuracy keeps the model's prompt_style
-        if clock is not None:
-            events = clock.listen(events)
-        events("warm-up")
+
+        def open_step(step: Step) -> None:
+            if clock is not None:
+                clock.enter(step.phase)
+            counted.open(step)
+
+        open_step(Step.of(Phase.WARM_UP))
         await throughput.warm_up(sender, workload)
         before = await _scrape_counters(ctx.engine, base_url)
         for set_name in workload.prompt_sets:
-            events(f"decode ({set_name})")
+            open_step(Step.decode(set_name))
             out.measurements += await throughput.measure_decode(sender, set_name, workload)
         spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
         if spec:
             out.measurements.append(spec)
         ctx_tokens = context_tokens(ctx.space, candidate)
         if workload.prefill_tokens:
-            events("cold prefill")
+            open_step(Step.of(Phase.PREFILL))
             out.measurements += await throughput.measure_prefill(
                 sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
             )
         if workload.decode_context_tokens:
-            events("decode after a long prompt")
+            open_step(Step.long_decode())
             out.measurements += await throughput.measure_long_decode(
                 sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
             )
         if any(c > 1 for c in workload.concurrency):
-            events("concurrency")
+            open_step(Step.of(Phase.CONCURRENCY))
             out.measurements += await throughput.measure_concurrency(sender, workload)
         if dominated is not None and ctx.accuracy:
             objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
@@ -179,11 +183,11 @@ async def measure(
             out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
             events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
         if ctx.accuracy and ctx.space.gates.needle and out.skip is None and reuse is None:
-            events("needle")
+            open_step(Step.of(Phase.NEEDLE))
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
         if ctx.accuracy and ctx.space.gates.qeval and out.skip is None and reuse is None:
-            events("qeval")
+            open_step(Step.of(Phase.QEVAL))
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
                 client, cfg, style=ctx.model.prompt_style, concurrency=cfg.concurrency
@@ -229,7 +233,7 @@ def run_trial(
     )
     events("starting engine")
     clock = PhaseClock()
-    clock.enter("start")
+    clock.enter(Phase.START)
     try:
         with server:
             clock.stop()
@@ -262,7 +266,7 @@ def run_trial(
             startup = Measurement.of(
                 "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
             )
-            clock.enter("teardown")
+            clock.enter(Phase.TEARDOWN)
         clock.stop()
     except EngineStartError as exc:
         clock.stop()
