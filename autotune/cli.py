@@ -140,8 +140,10 @@ def search(
         ),
     ] = None,
 ) -> None:
-    """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
-    owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
+    """Tune a search space: baseline first, then Optuna trials, pruned before launching.
+
+    One process owns a study at a time: a second one on the same study is refused (exit 4) unless
+    --wait."""
     from autotune import search as search_lib
 
     plan = search_lib.prepare(
@@ -341,10 +343,11 @@ def plan(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Memory fit and roofline predictions per candidate, then the best-predicted candidate's exact
-    commands and environment per node (placeholder hosts without --cluster); launches nothing.
-    Planning for this host's own hardware, candidates its stored probes (runs.db) show failing are
-    dropped with the reason."""
+    """Memory fit and predicted speed per candidate, then the best one's launch; starts nothing.
+
+    The launch is the best-predicted candidate's exact commands and environment per node
+    (placeholder hosts without --cluster). Planning for this host's own hardware, candidates its
+    stored probes (runs.db) show failing are dropped with the reason."""
     from autotune import search as search_lib
 
     report_ = search_lib.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)

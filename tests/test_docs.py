@@ -55,6 +55,20 @@ def test_every_command_has_help_and_docs():
             assert f"autotune {group} {command.name}" in readme, f"README does not mention `autotune {group} {command.name}`"
 
 
+def test_each_command_summary_is_one_line():
+    """`autotune --help` lists each command by its help's first paragraph, keeping its line breaks:
+    a first paragraph over two lines breaks there mid-sentence. So it must be one line."""
+    from autotune.cli import app
+
+    commands = list(app.registered_commands)
+    commands += [c for g in app.registered_groups for c in g.typer_instance.registered_commands]
+    for command in commands:
+        first = (command.callback.__doc__ or "").strip().split("\n\n")[0]
+        assert "\n" not in first, f"{command.callback.__name__}: the first paragraph of its help spans lines: {first!r}"
+    for group in app.registered_groups:
+        assert "\n" not in (group.typer_instance.info.help or "").strip().split("\n\n")[0], group.name
+
+
 def test_module_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "autotune", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.startswith("autotune ")
