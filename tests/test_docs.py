@@ -11,8 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_commands() -> list[str]:
+    """The bash blocks of the README's "Set up and go" section."""
     text = (ROOT / "README.md").read_text()
-    top = text.split("## What a run does")[0]
+    assert "\n## Set up and go\n" in text
+    top = text.split("\n## Set up and go\n")[1].split("\n## ")[0]
     return re.findall(r"```bash\n(.+?)\n```", top)
 
 
@@ -67,6 +69,25 @@ def test_each_command_summary_is_one_line():
         assert "\n" not in first, f"{command.callback.__name__}: the first paragraph of its help spans lines: {first!r}"
     for group in app.registered_groups:
         assert "\n" not in (group.typer_instance.info.help or "").strip().split("\n\n")[0], group.name
+
+
+def test_readme_links_resolve():
+    """Every relative link of README.md and docs/*.md names a file of the repository (docs/architecture.md
+    may come with another branch)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            path = (page.parent / target).resolve()
+            if path == ROOT / "docs" / "architecture.md":
+                continue
+            assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+
+
+def test_readme_is_a_front_page():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for page in ("guide", "verdict", "metrics", "search-quality", "support", "architecture"):
+        assert f"](docs/{page}.md" in text, f"README does not link docs/{page}.md"
 
 
 def test_module_entry_point_runs():
