@@ -71,6 +71,14 @@ def test_each_command_summary_is_one_line():
         assert "\n" not in (group.typer_instance.info.help or "").strip().split("\n\n")[0], group.name
 
 
+def test_figures_are_what_the_data_renders():
+    """The search-quality, ground-truth and failure-corpus figures of README.md and docs/ are written
+    by benchmarks/figures.py from benchmarks/data/*.json and tests/logs/; --check fails when one
+    differs, or when a table changed after its replay was stored."""
+    out = subprocess.run([sys.executable, "benchmarks/figures.py", "--check"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
 def test_readme_links_resolve():
     """Every relative link of README.md and docs/*.md names a file of the repository (docs/architecture.md
     may come with another branch)."""
