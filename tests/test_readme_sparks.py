@@ -64,7 +64,7 @@ def unmatched(quoted: list[str], printed: list[str]) -> str | None:
 
 @pytest.fixture
 def walk(tmp_path, monkeypatch, capsys):
-    """Runs a README command in a temp folder holding the README's cluster.yaml and a model copy."""
+    """Runs a command of the walk in a temp folder holding the guide's cluster.yaml and a model copy."""
     cluster = re.search(r"```yaml\n# cluster.yaml\n(.*?)\n```", section(), re.S)
     assert cluster
     (tmp_path / "cluster.yaml").write_text(cluster.group(1) + "\n")
