@@ -141,8 +141,10 @@ def search(
         ),
     ] = None,
 ) -> None:
-    """Tune a search space: baseline first, then Optuna trials, pruned before launching. One process
-    owns a study at a time: a second one on the same study is refused (exit 4) unless --wait."""
+    """Tune a search space: baseline first, then Optuna trials, pruned before launching.
+
+    One process owns a study at a time: a second one on the same study is refused (exit 4) unless
+    --wait."""
     from autotune.commands import search as search_command
     from autotune.commands import setup
 
@@ -342,10 +344,11 @@ def plan(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Memory fit and roofline predictions per candidate, then the best-predicted candidate's exact
-    commands and environment per node (placeholder hosts without --cluster); launches nothing.
-    Planning for this host's own hardware, candidates its stored probes (runs.db) show failing are
-    dropped with the reason."""
+    """Memory fit and predicted speed per candidate, then the best one's launch; starts nothing.
+
+    The launch is the best-predicted candidate's exact commands and environment per node
+    (placeholder hosts without --cluster). Planning for this host's own hardware, candidates its
+    stored probes (runs.db) show failing are dropped with the reason."""
     from autotune.commands import plan as plan_command
 
     report_ = plan_command.plan_space(_chosen_space(space, hardware, nodes), hardware, nodes, model, db, cluster)

@@ -1,10 +1,12 @@
-"""README "On four Sparks": the walk in order (space new, probe, plan, dry run, search, export).
+"""The four-Spark walk: docs/guide.md "On four Sparks" in order (space new, probe, plan, dry run,
+search, export), and the README's brief of it.
 
-Every command there that needs no Spark runs here as written (the model directory swapped for a
+Every command in the guide that needs no Spark runs here as written (the model directory swapped for a
 temp copy of the Qwen3-30B-A3B config.json fixture, the cluster file taken from the README) and
 the lines quoted under it must appear, in order, in what it prints (`…` = any text; a line of
 `…` alone = any lines). The search itself needs the boxes: it must be the dry run minus
-`--dry-run`, and its quoted lines are checked against the code that prints them."""
+`--dry-run`, and its quoted lines are checked against the code that prints them. The README's
+"On four Sparks" lists the same commands, in the same order."""
 
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ FIXTURE = ROOT / "tests" / "data" / "configs" / "Qwen3-30B-A3B"
 README_MODEL = "~/models/Qwen3-30B-A3B"
 
 
-def section() -> str:
-    text = (ROOT / "README.md").read_text()
-    assert "\n## On four Sparks\n" in text
+def section(page: str = "docs/guide.md") -> str:
+    text = (ROOT / page).read_text()
+    assert "\n## On four Sparks\n" in text, page
     return text.split("\n## On four Sparks\n")[1].split("\n## ")[0]
 
 
@@ -62,7 +64,7 @@ def unmatched(quoted: list[str], printed: list[str]) -> str | None:
 
 @pytest.fixture
 def walk(tmp_path, monkeypatch, capsys):
-    """Runs a README command in a temp folder holding the README's cluster.yaml and a model copy."""
+    """Runs a command of the walk in a temp folder holding the guide's cluster.yaml and a model copy."""
     cluster = re.search(r"```yaml\n# cluster.yaml\n(.*?)\n```", section(), re.S)
     assert cluster
     (tmp_path / "cluster.yaml").write_text(cluster.group(1) + "\n")
@@ -88,6 +90,12 @@ def test_the_walk_is_in_order():
         kinds.append("dry run" if "--dry-run" in words else " ".join(words[1:3]) if words[1] == "space" else words[1])
     assert kinds == ["space new", "probe", "plan", "dry run", "search", "export"]
     assert all("--hardware spark --nodes 4" in c for c in commands if c.split()[1] in ("space", "plan", "search"))
+
+
+def test_the_readme_brief_is_the_guide_walk():
+    (brief,) = re.findall(r"```bash\n(.*?)\n```", section("README.md"), re.S)
+    assert brief.splitlines() == [c for c, _ in blocks()]
+    assert "(docs/guide.md#on-four-sparks)" in section("README.md")
 
 
 @pytest.mark.parametrize("kind", ["space new", "probe", "plan", "dry run"])

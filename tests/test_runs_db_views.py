@@ -1,5 +1,5 @@
 """runs.db seen through other tools: optuna-dashboard reads the Optuna study back through its
-HTTP API, and README's sqlite-utils queries run as written and agree with the store."""
+HTTP API, and the sqlite-utils queries of docs/guide.md run as written and agree with the store."""
 
 from __future__ import annotations
 
@@ -25,19 +25,19 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def guide_section(title: str) -> str:
+    text = (ROOT / "docs" / "guide.md").read_text()
     return text.split(f"## {title}")[1].split("\n## ")[0]
 
 
-def readme_queries() -> list[list[str]]:
-    lines = re.findall(r"^(sqlite-utils runs\.db .+)$", readme_section("Looking at results"), flags=re.M)
+def guide_queries() -> list[list[str]]:
+    lines = re.findall(r"^(sqlite-utils runs\.db .+)$", guide_section("Looking at results"), flags=re.M)
     return [shlex.split(line) for line in lines]
 
 
 def test_optuna_dashboard_reads_the_study_back(tmp_path_factory, gemma_gguf):
     study = real_study(tmp_path_factory, gemma_gguf)
-    assert f"optuna-dashboard sqlite:///runs.db" in readme_section("Looking at results")
+    assert f"optuna-dashboard sqlite:///runs.db" in guide_section("Looking at results")
     port = free_port()
     proc = subprocess.Popen(
         [str(BIN / "optuna-dashboard"), f"sqlite:///{study.db}", "--host", "127.0.0.1", "--port", str(port)],
@@ -80,9 +80,9 @@ def test_optuna_dashboard_reads_the_study_back(tmp_path_factory, gemma_gguf):
     assert any(state == "Complete" for states in seen.values() for state, _ in states)
 
 
-def test_readme_sqlite_utils_queries_run_and_agree_with_the_store(tmp_path_factory, gemma_gguf):
+def test_guide_sqlite_utils_queries_run_and_agree_with_the_store(tmp_path_factory, gemma_gguf):
     study = real_study(tmp_path_factory, gemma_gguf)
-    queries = readme_queries()
+    queries = guide_queries()
     assert len(queries) == 2
     results = []
     for argv in queries:

@@ -193,6 +193,8 @@ def to_yaml(recipe: Recipe) -> str:
     data = recipe.model_dump(mode="json")
     if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
         data.pop("verdict", None)
+    elif (data["verdict"].get("confirmation") or {}).get("status") == data["verdict"]["status"]:
+        del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
