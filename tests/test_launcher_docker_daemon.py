@@ -139,6 +139,7 @@ def test_containers_do_not_outlive_autotune_killed_or_crashed(image, tmp_path, h
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group, as a terminal's kill would
         assert proc.wait(timeout=30) in (-signal.SIGKILL, 3)
         assert wait_until_none(f"{LABEL_LAUNCH}={launch_id}") == []
+        assert (tmp_path / "t.reaper.log").read_text().count("reaper: removed") == 2
     finally:
         if proc.poll() is None:
             proc.kill()

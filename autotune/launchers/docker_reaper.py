@@ -45,7 +45,7 @@ def start_reaper(cluster: Cluster, launch_id: str, log_path: Path) -> subprocess
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.launchers.docker_reaper"],
+            [sys.executable, "-m", "autotune.launchers.docker_reaper", str(log_path)],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, close_fds=True,
         )
@@ -94,12 +94,17 @@ def _remove_launch(cluster: Cluster, launch_id: str) -> list[str]:
     return remove_labelled(cluster, [f"{LABEL_LAUNCH}={launch_id}"])
 
 
-def main() -> None:
+def main(log_path: Path) -> None:
+    """Its output goes to `log_path`, which it deletes when it had nothing to say."""
     for sig in (signal.SIGINT, signal.SIGHUP):  # a closing terminal or a Ctrl-C is not the reaper's end
         signal.signal(sig, signal.SIG_IGN)
-    for name in reap(sys.stdin, _remove_launch):
-        print(f"reaper: removed {name} (autotune did not)", flush=True)
+    try:
+        for name in reap(sys.stdin, _remove_launch):
+            print(f"reaper: removed {name} (autotune did not)", flush=True)
+    finally:
+        if log_path.exists() and log_path.stat().st_size == 0:
+            log_path.unlink()
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]))
