@@ -365,7 +365,8 @@ def test_the_compile_cache_is_one_host_folder_for_every_launch_unless_turned_off
 def _order(launch_id: str = "abc123") -> str:
     from autotune.launchers.docker_reaper import ReaperOrder
 
-    return ReaperOrder(cluster=Cluster(nodes=[ClusterNode(ip="10.0.0.1")], image=IMAGE), launch_id=launch_id).model_dump_json()
+    cluster = Cluster(nodes=[ClusterNode(ip="10.0.0.1")], image=IMAGE)
+    return ReaperOrder(cluster=cluster, launch_id=launch_id, log_path="trial.log").model_dump_json()
 
 
 def test_the_reaper_removes_nothing_after_done_and_the_launch_after_eof():
@@ -375,9 +376,9 @@ def test_the_reaper_removes_nothing_after_done_and_the_launch_after_eof():
 
     asked: list[str] = []
 
-    def remove(cluster, launch_id):
-        asked.append(launch_id)
-        return [f"c-{launch_id}"]
+    def remove(order):
+        asked.append(order.launch_id)
+        return [f"c-{order.launch_id}"]
 
     assert reap(io.StringIO(_order() + "\ndone\n"), remove) == [] and asked == []
     assert reap(io.StringIO(_order("k9") + "\n"), remove) == ["c-k9"]  # autotune died: the pipe just closed
@@ -391,7 +392,7 @@ def test_the_reaper_retries_a_daemon_that_does_not_answer_then_gives_up_with_one
 
     calls = []
 
-    def flaky(cluster, launch_id):
+    def flaky(order):
         calls.append(1)
         if len(calls) < 3:
             raise EngineUnavailable("cannot reach the Docker daemon")
@@ -399,7 +400,7 @@ def test_the_reaper_retries_a_daemon_that_does_not_answer_then_gives_up_with_one
 
     assert reap(io.StringIO(_order() + "\n"), flaky, sleep=lambda s: None) == ["c"] and len(calls) == 3
 
-    def down(cluster, launch_id):
+    def down(order):
         raise EngineUnavailable("cannot reach the Docker daemon")
 
     with pytest.raises(SystemExit):

@@ -140,6 +140,8 @@ def test_containers_do_not_outlive_autotune_killed_or_crashed(image, tmp_path, h
         assert proc.wait(timeout=30) in (-signal.SIGKILL, 3)
         assert wait_until_none(f"{LABEL_LAUNCH}={launch_id}") == []
         assert (tmp_path / "t.reaper.log").read_text().count("reaper: removed") == 2
+        assert "Application startup complete" in (tmp_path / "t.node0-server.log").read_text()  # saved first
+        assert "worker up" in (tmp_path / "t.node1-worker.log").read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -238,19 +238,35 @@ ClientFactory = Callable[[str | None], Any]
 
 
 def remove_labelled(
-    cluster: Cluster, labels: list[str], client_factory: ClientFactory = docker_client
+    cluster: Cluster, labels: list[str], client_factory: ClientFactory = docker_client,
+    log_path: Path | None = None,
 ) -> list[str]:
-    """Remove every container carrying all `labels` (key=value) on every node's daemon; the names removed."""
+    """Remove every container carrying all `labels` (key=value) on every node's daemon; the names
+    removed. With `log_path` (the trial's log), each container's log is saved first, where
+    DockerServer.stop saves it."""
     removed = []
     for address in dict.fromkeys(n.address for n in cluster.nodes):
         client = client_factory(address)
         try:
             for container in client.containers.list(all=True, filters={"label": labels}):
+                if log_path is not None:
+                    _save_log(container, log_path)
                 container.remove(force=True)
                 removed.append(container.name)
         finally:
             client.close()
     return removed
+
+
+def _save_log(container: Any, log_path: Path) -> None:
+    labels = container.labels
+    node = NodeLaunch(node=int(labels.get(LABEL_NODE, 0)), role=labels.get(LABEL_ROLE, "server"), argv=["?"])
+    path = node_log_path(log_path, node)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.write_bytes(container.logs(stdout=True, stderr=True))
+    except Exception as exc:  # a daemon that went away must not stop the removal
+        path.write_text(f"(log not collected: {exc})\n")
 
 
 def cleanup(
@@ -356,7 +372,7 @@ class DockerServer(Launched):
         _LIVE.add(self)
         self._check_images()
         if self.reaper:  # before the first container: it must exist whenever one does
-            self._reaper = start_reaper(self.cluster, self.launch_id, self.log_path.with_suffix(".reaper.log"))
+            self._reaper = start_reaper(self.cluster, self.launch_id, self.log_path)
         server = self.launch.server
         head = exec_host(self.launch, server)
         for node in self.launch.nodes:
@@ -395,13 +411,8 @@ class DockerServer(Launched):
             except Exception:  # the connection may already be gone with the container
                 pass
         containers, self.containers = self.containers, []
-        for node, container in containers:
-            path = node_log_path(self.log_path, node)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(container.logs(stdout=True, stderr=True))
-            except Exception as exc:  # a daemon that went away must not stop the removal
-                path.write_text(f"(log not collected: {exc})\n")
+        for _, container in containers:
+            _save_log(container, self.log_path)
         errors = []
         for node, container in containers:
             try:

@@ -36,21 +36,25 @@ class ReaperOrder(BaseModel):
 
     cluster: Cluster
     launch_id: str
+    log_path: Path  # the trial's log: container logs are saved beside it before removal
 
 
 def start_reaper(cluster: Cluster, launch_id: str, log_path: Path) -> subprocess.Popen[bytes]:
-    """The reaper for one launch, already given its order (see the module docstring)."""
+    """The reaper for one launch, already given its order (see the module docstring); it writes
+    to `<log_path stem>.reaper.log` only when it removes something."""
+    own_log = log_path.with_suffix(".reaper.log")
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
+    with own_log.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.launchers.docker_reaper", str(log_path)],
+            [sys.executable, "-m", "autotune.launchers.docker_reaper", str(own_log)],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, close_fds=True,
         )
     assert proc.stdin is not None
-    proc.stdin.write(ReaperOrder(cluster=cluster, launch_id=launch_id).model_dump_json().encode() + b"\n")
+    order = ReaperOrder(cluster=cluster, launch_id=launch_id, log_path=log_path)
+    proc.stdin.write(order.model_dump_json().encode() + b"\n")
     proc.stdin.flush()
     return proc
 
@@ -68,7 +72,7 @@ def release(proc: subprocess.Popen[bytes], removed_all: bool) -> None:
         pass
 
 
-def reap(stream: TextIO, remove: Callable[[Cluster, str], list[str]], retry_for_s: float = RETRY_FOR_S,
+def reap(stream: TextIO, remove: Callable[[ReaperOrder], list[str]], retry_for_s: float = RETRY_FOR_S,
          sleep: Callable[[float], None] = time.sleep) -> list[str]:
     """Wait for the pipe to close; the names removed (none after `done`)."""
     first = stream.readline()
@@ -80,7 +84,7 @@ def reap(stream: TextIO, remove: Callable[[Cluster, str], list[str]], retry_for_
     deadline = time.monotonic() + retry_for_s
     while True:
         try:
-            return remove(order.cluster, order.launch_id)
+            return remove(order)
         except Exception as exc:  # a daemon that does not answer now may answer in a moment
             if time.monotonic() > deadline:
                 print(f"reaper: could not remove the containers of launch {order.launch_id}: {exc}", flush=True)
@@ -88,10 +92,10 @@ def reap(stream: TextIO, remove: Callable[[Cluster, str], list[str]], retry_for_
             sleep(2.0)
 
 
-def _remove_launch(cluster: Cluster, launch_id: str) -> list[str]:
+def _remove_launch(order: ReaperOrder) -> list[str]:
     from autotune.launchers.docker import LABEL_LAUNCH, remove_labelled
 
-    return remove_labelled(cluster, [f"{LABEL_LAUNCH}={launch_id}"])
+    return remove_labelled(order.cluster, [f"{LABEL_LAUNCH}={order.launch_id}"], log_path=order.log_path)
 
 
 def main(log_path: Path) -> None:
