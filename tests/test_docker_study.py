@@ -171,3 +171,16 @@ def test_a_study_through_docker_is_killed_resumed_interrupted_and_its_export_run
         assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["text"].strip()
     finally:
         subprocess.run(["docker", "rm", "-f", "autotune-node0-server"], capture_output=True)
+
+
+def test_the_same_study_through_an_ssh_daemon(tmp_path, study_space, gemma_gguf):
+    """Node 0 is `ssh://root@127.0.0.1:PORT`: a real sshd (tests/ssh_daemon.py) in front of this
+    host's daemon; every Docker API call of the launcher and of the reaper goes through it."""
+    from ssh_daemon import ssh_docker
+
+    space, alias = study_space
+    with ssh_docker(tmp_path / "ssh") as (address, env):
+        cluster = cluster_file(tmp_path, daemon_image(), gemma_gguf.parent, [address, ""])
+        run_study_through(tmp_path, space, alias, cluster, "dock-ssh", env)
+        assert "reaper: removed" in (tmp_path / "autotune-logs" / "dock-ssh" / "trial-000.reaper.log").read_text()
+    assert "Accepted publickey for root" in (tmp_path / "ssh" / "sshd.log").read_text()
