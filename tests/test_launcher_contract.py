@@ -8,9 +8,9 @@ What runs, per launcher: `process` and `ray` start real processes on this host (
 cluster of real raylets, and a real HTTP server standing in for the engine). `docker` runs a real
 container on the REAL local Docker daemon (the image of scripts/docker_image.sh; skipped without a
 daemon unless AUTOTUNE_REQUIRE_DOCKER=1, tests/docker_daemon.py), the stand-in server in it with
-host networking; `docker-fake` runs the Ray launch (head, worker, exec'd server) against the
-hand-written FAKE Docker Engine API of tests/fakes/docker_api.py, which no local daemon replaces
-for GPU and RDMA devices.
+host networking; `docker-ray` runs the Ray launch there (head and worker containers, the server
+exec'd in the head). GPU and RDMA devices, which no daemon here has, are checked against the
+hand-written fake in tests/test_launcher_docker.py.
 """
 
 from __future__ import annotations
@@ -60,12 +60,9 @@ class Rig:
 
     make_launch: object  # (port, healthy: bool) -> LaunchSpec
     cluster: Cluster | None
-    set_failing: object = None  # for launchers whose server is scripted (docker-fake): (bool) -> None
     leftovers: object = None  # () -> names of what it started that is still there (docker: containers)
 
     def launch(self, port: int, healthy: bool = True) -> LaunchSpec:
-        if self.set_failing is not None:
-            self.set_failing(not healthy)
         return self.make_launch(port, healthy)
 
 
@@ -122,32 +119,28 @@ def docker_rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 @pytest.fixture
-def docker_fake_rig() -> Iterator[Rig]:
-    pytest.importorskip("docker", reason="the docker launcher needs the Docker SDK: pip install 'autotune[docker]'")
-    from test_launcher_docker import IMAGE, IMAGE_ID, Script, cluster_on, ray_launch
+def docker_ray_rig(tmp_path: Path) -> Iterator[Rig]:
+    from docker_daemon import daemon_image, labelled
 
-    from fakes.docker_api import FakeDockerEngine
+    # two nodes on this host's daemon: vLLM's own `ray start` head and worker containers, the
+    # stand-in server exec'd in the head container once Ray shows both nodes alive
+    nodes = [ClusterNode(ip="127.0.0.1", num_cpus=1), ClusterNode(address="unix:///var/run/docker.sock",
+                                                                   ip="127.0.0.1", num_cpus=1)]
+    cluster = Cluster(nodes=nodes, gpus_per_node=0, rdma=False, image=daemon_image(), ray_port=free_port(),
+                      mounts={str(tmp_path): str(tmp_path)}, compile_cache=None)
 
-    script = Script(alive=2)
-    engines = [FakeDockerEngine(images={IMAGE: IMAGE_ID}, on_start=script.on_start, on_exec=script.on_exec,
-                                name=f"node{i}") for i in range(2)]
-    for engine in engines:
-        engine.__enter__()
-    cluster = cluster_on(engines)
+    def make(port: int, healthy: bool) -> LaunchSpec:
+        rendered = VllmEngine(python=sys.executable).render_cluster(Candidate(engine="vllm", params={}), MODEL, port,
+                                                                    cluster)
+        argv = _server_argv(healthy, port, tmp_path)
+        nodes = [n if n.role != "server" else n.model_copy(update={"argv": argv}) for n in rendered.nodes]
+        return rendered.model_copy(update={"nodes": nodes})
 
-    def failing(yes: bool) -> None:
-        script.server_exit = 1 if yes else None
-
-    yield Rig(lambda port, healthy: ray_launch(cluster, port), cluster, failing)
-    for engine in engines:
-        engine.__exit__()
-    for health in Script.servers:
-        health.close()
-    Script.servers.clear()
+    yield Rig(make, cluster, leftovers=lambda: labelled("autotune.study"))
 
 
-#: rig -> the launcher it runs (docker twice: the real local daemon and the hand-written fake)
-RIGS = {"process": "process", "ray": "ray", "docker": "docker", "docker-fake": "docker"}
+#: rig -> the launcher it runs (docker twice on the real local daemon: one container, and Ray in containers)
+RIGS = {"process": "process", "ray": "ray", "docker": "docker", "docker-ray": "docker"}
 
 
 def test_every_registered_launcher_has_a_rig() -> None:
