@@ -38,9 +38,9 @@ from autotune.launchers.docker_reaper import release, start_reaper
 from autotune.launchers.process import tail
 from autotune.launchers.ray import (
     NODES_MARKER,
-    node_log_path,
     nodes_check_argv,
     parse_nodes_report,
+    role_log_path,
 )
 from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NodeLaunch
 
@@ -260,8 +260,7 @@ def remove_labelled(
 
 def _save_log(container: Any, log_path: Path) -> None:
     labels = container.labels
-    node = NodeLaunch(node=int(labels.get(LABEL_NODE, 0)), role=labels.get(LABEL_ROLE, "server"), argv=["?"])
-    path = node_log_path(log_path, node)
+    path = role_log_path(log_path, int(labels.get(LABEL_NODE, 0)), labels.get(LABEL_ROLE, "server"))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         path.write_bytes(container.logs(stdout=True, stderr=True))
@@ -315,7 +314,6 @@ class DockerServer(Launched):
         startup_timeout_s: float = 180.0,
         client_factory: ClientFactory = docker_client,
         poll_s: float = 0.5,
-        reaper: bool = True,
     ) -> None:
         for node in launch.nodes:
             if not 0 <= node.node < len(cluster.nodes):
@@ -337,7 +335,6 @@ class DockerServer(Launched):
         self._exec_stream: Any = None
         self._exec_thread: threading.Thread | None = None
         self.launch_id = uuid.uuid4().hex[:12]
-        self.reaper = reaper
         self._reaper: subprocess.Popen[bytes] | None = None
         self.cleanup_errors: list[str] = []
 
@@ -371,8 +368,8 @@ class DockerServer(Launched):
         self._t0 = time.monotonic()
         _LIVE.add(self)
         self._check_images()
-        if self.reaper:  # before the first container: it must exist whenever one does
-            self._reaper = start_reaper(self.cluster, self.launch_id, self.log_path)
+        # before the first container: a reaper must exist whenever a container does
+        self._reaper = start_reaper(self.cluster, self.launch_id, self.log_path)
         server = self.launch.server
         head = exec_host(self.launch, server)
         for node in self.launch.nodes:
