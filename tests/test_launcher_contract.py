@@ -5,9 +5,12 @@ Entering starts the launch and returns once its health endpoint answers (`base_u
 EngineStartError with the log and leaves nothing running; `stop_all()` stops a launch left up.
 
 What runs, per launcher: `process` and `ray` start real processes on this host (a one-node Ray
-cluster of real raylets, and a real HTTP server standing in for the engine). `docker` runs against
-the FAKE Docker Engine API of tests/fakes/docker_api.py (no Docker engine runs here), with a real
-HTTP server standing in for the engine in the container.
+cluster of real raylets, and a real HTTP server standing in for the engine). `docker` runs a real
+container on the REAL local Docker daemon (the image of scripts/docker_image.sh; skipped without a
+daemon unless AUTOTUNE_REQUIRE_DOCKER=1, tests/docker_daemon.py), the stand-in server in it with
+host networking; `docker-ray` runs the Ray launch there (head and worker containers, the server
+exec'd in the head). GPU and RDMA devices, which no daemon here has, are checked against the
+hand-written fake in tests/test_launcher_docker.py.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from autotune.errors import ConfigError, EngineStartError
 from autotune.launchers import LAUNCHERS, launcher_class, open_server, stop_all
 from autotune.launchers.base import Launched, free_port
 from autotune.launchers.cluster import local_cluster
-from autotune.models import Candidate, Cluster, LaunchSpec, ModelSpec, NodeLaunch
+from autotune.models import Candidate, Cluster, ClusterNode, LaunchSpec, ModelSpec, NodeLaunch
 
 MODEL = ModelSpec(name="gemma", path="/models/gemma")
 #: what a failing engine prints before it exits (vLLM's shared-memory broadcast error)
@@ -57,11 +60,9 @@ class Rig:
 
     make_launch: object  # (port, healthy: bool) -> LaunchSpec
     cluster: Cluster | None
-    set_failing: object = None  # for launchers whose server is scripted (docker): (bool) -> None
+    leftovers: object = None  # () -> names of what it started that is still there (docker: containers)
 
     def launch(self, port: int, healthy: bool = True) -> LaunchSpec:
-        if self.set_failing is not None:
-            self.set_failing(not healthy)
         return self.make_launch(port, healthy)
 
 
@@ -103,37 +104,53 @@ def ray_rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 @pytest.fixture
-def docker_rig() -> Iterator[Rig]:
-    pytest.importorskip("docker", reason="the docker launcher needs the Docker SDK: pip install 'autotune[docker]'")
-    from test_launcher_docker import IMAGE, IMAGE_ID, Script, cluster_on, ray_launch
+def docker_rig(tmp_path: Path) -> Iterator[Rig]:
+    from docker_daemon import daemon_image, labelled
 
-    from fakes.docker_api import FakeDockerEngine
+    # the stand-in server's script lives in tmp_path: the container sees it at the same path
+    cluster = Cluster(nodes=[ClusterNode(ip="127.0.0.1")], gpus_per_node=0, rdma=False, image=daemon_image(),
+                      mounts={str(tmp_path): str(tmp_path)}, compile_cache=str(tmp_path / "compile-cache"))
 
-    script = Script(alive=2)
-    engines = [FakeDockerEngine(images={IMAGE: IMAGE_ID}, on_start=script.on_start, on_exec=script.on_exec,
-                                name=f"node{i}") for i in range(2)]
-    for engine in engines:
-        engine.__enter__()
-    cluster = cluster_on(engines)
+    def make(port: int, healthy: bool) -> LaunchSpec:
+        node = NodeLaunch(argv=_server_argv(healthy, port, tmp_path))
+        return LaunchSpec(engine="stand-in", nodes=[node], port=port, health_path="/health")
 
-    def failing(yes: bool) -> None:
-        script.server_exit = 1 if yes else None
-
-    yield Rig(lambda port, healthy: ray_launch(cluster, port), cluster, failing)
-    for engine in engines:
-        engine.__exit__()
-    for health in Script.servers:
-        health.close()
-    Script.servers.clear()
+    yield Rig(make, cluster, leftovers=lambda: labelled("autotune.study"))
 
 
-@pytest.fixture(params=sorted(LAUNCHERS))
+@pytest.fixture
+def docker_ray_rig(tmp_path: Path) -> Iterator[Rig]:
+    from docker_daemon import daemon_image, labelled
+
+    # two nodes on this host's daemon: vLLM's own `ray start` head and worker containers, the
+    # stand-in server exec'd in the head container once Ray shows both nodes alive
+    nodes = [ClusterNode(ip="127.0.0.1", num_cpus=1), ClusterNode(address="unix:///var/run/docker.sock",
+                                                                   ip="127.0.0.1", num_cpus=1)]
+    cluster = Cluster(nodes=nodes, gpus_per_node=0, rdma=False, image=daemon_image(), ray_port=free_port(),
+                      mounts={str(tmp_path): str(tmp_path)}, compile_cache=None)
+
+    def make(port: int, healthy: bool) -> LaunchSpec:
+        rendered = VllmEngine(python=sys.executable).render_cluster(Candidate(engine="vllm", params={}), MODEL, port,
+                                                                    cluster)
+        argv = _server_argv(healthy, port, tmp_path)
+        nodes = [n if n.role != "server" else n.model_copy(update={"argv": argv}) for n in rendered.nodes]
+        return rendered.model_copy(update={"nodes": nodes})
+
+    yield Rig(make, cluster, leftovers=lambda: labelled("autotune.study"))
+
+
+#: rig -> the launcher it runs (docker twice on the real local daemon: one container, and Ray in containers)
+RIGS = {"process": "process", "ray": "ray", "docker": "docker", "docker-ray": "docker"}
+
+
+def test_every_registered_launcher_has_a_rig() -> None:
+    assert set(RIGS.values()) == set(LAUNCHERS)
+
+
+@pytest.fixture(params=sorted(RIGS))
 def launcher(request: pytest.FixtureRequest) -> tuple[str, Rig]:
-    """Every registered launcher, with its rig (a launcher added without a rig fails here)."""
-    name = request.param
-    rigs = {"process": "process_rig", "ray": "ray_rig", "docker": "docker_rig"}
-    assert name in rigs, f"launcher {name!r} is registered but the contract suite has no rig for it"
-    return name, request.getfixturevalue(rigs[name])
+    """Every registered launcher, with its rig(s)."""
+    return RIGS[request.param], request.getfixturevalue(request.param.replace("-", "_") + "_rig")
 
 
 def _port_closed(port: int) -> bool:
@@ -168,12 +185,16 @@ def test_enter_is_healthy_and_leaving_stops_everything(launcher: tuple[str, Rig]
                          study="contract", trial="1", startup_timeout_s=120)
     assert isinstance(server, launcher_class(name))
     with server:
+        if rig.leftovers is not None:
+            assert rig.leftovers(), f"{name}: what it started is not to be found while it runs"
         assert server.alive()
         assert server.startup_s is not None and server.startup_s >= 0
         assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
         assert "Application startup complete" in server.log_text()
     assert not server.alive()
     assert _port_closed(port), f"{name}: the engine's port still answers after leaving"
+    if rig.leftovers is not None:
+        assert not rig.leftovers(), f"{name}: left behind after the launch ended"
     server.stop()  # a second stop is harmless
 
 
@@ -187,6 +208,8 @@ def test_a_failed_start_raises_with_the_log_and_leaves_nothing(launcher: tuple[s
     assert not info.value.timed_out
     assert FAILURE_LINE in info.value.log_tail
     assert not server.alive()
+    if rig.leftovers is not None:
+        assert not rig.leftovers(), f"{name}: left behind after a failed start"
 
 
 def test_stop_all_stops_a_launch_left_running(launcher: tuple[str, Rig], tmp_path: Path) -> None:
@@ -200,3 +223,5 @@ def test_stop_all_stops_a_launch_left_running(launcher: tuple[str, Rig], tmp_pat
     stop_all()  # what Ctrl-C, SIGTERM and atexit call
     assert not server.alive()
     assert _port_closed(port)
+    if rig.leftovers is not None:
+        assert not rig.leftovers(), f"{name}: left behind after stop_all()"

@@ -1,6 +1,9 @@
-"""The docker launcher against a FAKE Docker Engine API (tests/fakes/docker_api.py): no Docker
-engine runs here. What is real: the Docker SDK, its HTTP requests, the launcher's logic, a real
-HTTP server standing in for vLLM's port. What is fake: the daemon and everything "in" a container.
+"""The docker launcher against the hand-written FAKE Docker Engine API (tests/fakes/docker_api.py),
+for what a local daemon without GPUs cannot show: GPU device requests, RDMA devices, Ray head and
+worker containers with the server exec'd in the head, daemons that refuse. What is real: the
+Docker SDK, its HTTP requests, the launcher's logic, a real HTTP server standing in for vLLM's
+port. What is fake: the daemon and everything "in" a container. The same launcher against the
+real local daemon: tests/test_launcher_docker_daemon.py and the contract suite's docker leg.
 """
 
 from __future__ import annotations
@@ -161,7 +164,8 @@ def test_ray_launch_on_two_daemons_sends_the_exact_container_config(daemons, tmp
     env = dict(item.split("=", 1) for item in head_body["Env"])
     assert env == {**head.env, "HF_TOKEN": SECRET}  # the secret passes through at create time only
     assert head_body["Labels"] == {
-        "autotune.study.tuner": "gemma-spark-x2", "autotune.trial.run": "7", "autotune.node": "0", "autotune.role": "head",
+        "autotune.study": "gemma-spark-x2", "autotune.trial": "7", "autotune.node": "0", "autotune.role": "head",
+        "autotune.launch": server.launch_id,  # what the reaper removes if autotune dies
     }
     host = head_body["HostConfig"]
     assert host["NetworkMode"] == "host" and host["IpcMode"] == "host"
@@ -295,9 +299,9 @@ def test_cleanup_removes_only_the_labelled_leftovers(daemons):
     _, (node0, node1) = daemons
     client = docker_client(node0.base_url)
     for name, labels in (
-        ("left-1", {"autotune.study.tuner": "s", "autotune.trial.run": "1"}),
-        ("left-2", {"autotune.study.tuner": "s", "autotune.trial.run": "2"}),
-        ("someone-else", {"autotune.study.tuner": "other"}),
+        ("left-1", {"autotune.study": "s", "autotune.trial": "1"}),
+        ("left-2", {"autotune.study": "s", "autotune.trial": "2"}),
+        ("someone-else", {"autotune.study": "other"}),
     ):
         client.containers.create(IMAGE, ["x"], name=name, labels=labels).start()
     client.close()
@@ -353,3 +357,52 @@ def test_the_compile_cache_is_one_host_folder_for_every_launch_unless_turned_off
     assert container_spec(NodeLaunch(argv=["python3"]), off, "n").binds == []
     with pytest.raises(ValueError, match="absolute"):
         Cluster(nodes=nodes, image=IMAGE, compile_cache="relative/dir")
+
+
+# ---------------------------------------------------------------------- the reaper's protocol
+
+
+def _order(launch_id: str = "abc123") -> str:
+    from autotune.launchers.docker_reaper import ReaperOrder
+
+    cluster = Cluster(nodes=[ClusterNode(ip="10.0.0.1")], image=IMAGE)
+    return ReaperOrder(cluster=cluster, launch_id=launch_id, log_path="trial.log").model_dump_json()
+
+
+def test_the_reaper_removes_nothing_after_done_and_the_launch_after_eof():
+    import io
+
+    from autotune.launchers.docker_reaper import reap
+
+    asked: list[str] = []
+
+    def remove(order):
+        asked.append(order.launch_id)
+        return [f"c-{order.launch_id}"]
+
+    assert reap(io.StringIO(_order() + "\ndone\n"), remove) == [] and asked == []
+    assert reap(io.StringIO(_order("k9") + "\n"), remove) == ["c-k9"]  # autotune died: the pipe just closed
+    assert reap(io.StringIO(""), remove) == [] and asked == ["k9"]  # died before the order: nothing was made
+
+
+def test_the_reaper_retries_a_daemon_that_does_not_answer_then_gives_up_with_one_line(capsys):
+    import io
+
+    from autotune.launchers.docker_reaper import reap
+
+    calls = []
+
+    def flaky(order):
+        calls.append(1)
+        if len(calls) < 3:
+            raise EngineUnavailable("cannot reach the Docker daemon")
+        return ["c"]
+
+    assert reap(io.StringIO(_order() + "\n"), flaky, sleep=lambda s: None) == ["c"] and len(calls) == 3
+
+    def down(order):
+        raise EngineUnavailable("cannot reach the Docker daemon")
+
+    with pytest.raises(SystemExit):
+        reap(io.StringIO(_order() + "\n"), down, retry_for_s=0.0, sleep=lambda s: None)
+    assert "could not remove the containers of launch abc123" in capsys.readouterr().out

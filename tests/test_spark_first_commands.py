@@ -173,7 +173,23 @@ def test_plan_json_carries_the_launch(capsys):
     assert report["hosts_note"].startswith("hosts are placeholders")
 
 
-def test_plan_with_a_cluster_file_of_another_size_is_refused(capsys, tmp_path):
+def test_a_cluster_file_of_more_boxes_than_nodes_runs_on_its_first_ones(capsys, tmp_path):
+    """--nodes 2 on a file of four boxes: nodes 0 and 1 of the file, the others left alone (a
+    llama.cpp study at --nodes 1 on a cluster file of two boxes runs on the first)."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    from autotune.hardware.profiles import get_profile
+    from autotune.models import DeviceIdentity
+    from autotune.commands.setup import cluster_for
+
+    device = DeviceIdentity(hostname="h", os="linux", cpu_cores=2, memory_total_gb=8, memory_available_gb=4)
+    used = cluster_for(cluster, 2, "docker", get_profile("spark"), device, "img")
+    assert used is not None and [n.ip for n in used.nodes] == ["10.0.0.1", "10.0.0.2"] and used.image == "img"
+    with pytest.raises(ConfigError, match="--nodes 5 but the cluster file .* lists 4 nodes"):
+        cluster_for(cluster, 5, "docker", get_profile("spark"), device, "img")
+
+
+def test_plan_with_a_cluster_file_of_fewer_boxes_is_refused(capsys, tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("\n".join(CLUSTER.strip().splitlines()[:3]) + "\n")
     code, out, err = run(capsys, "plan", "--hardware", "spark", "--nodes", "4", "--cluster", str(cluster))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from autotune.commands.setup import launchable, node_profile
 from autotune.engines import Engine, get_engine
-from autotune.errors import ConfigError, NoValidCandidate
+from autotune.errors import NoValidCandidate
 from autotune.hardware.device import detect, host_fingerprint
 from autotune.hardware.profiles import is_this_host
-from autotune.launchers.cluster import load_cluster, placeholder_cluster, placeholder_note
+from autotune.launchers.cluster import first_nodes, load_cluster, placeholder_cluster, placeholder_note
 from autotune.model.files import resolve_model
 from autotune.models import (
     Candidate,
@@ -64,9 +64,7 @@ def launch_to_show(
     nodes) on placeholder boxes, with the note that says so. Nothing is started."""
     note = None
     if cluster_file is not None:
-        cluster: Cluster | None = load_cluster(cluster_file)
-        if len(cluster.nodes) != nodes:
-            raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+        cluster: Cluster | None = first_nodes(load_cluster(cluster_file), nodes, cluster_file)
     elif nodes > 1:
         cluster, note = placeholder_cluster(nodes, profile.gpus_per_node), placeholder_note(nodes)
     else:

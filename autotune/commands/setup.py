@@ -20,7 +20,7 @@ from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
 from autotune.hardware.device import detect, host_fingerprint
 from autotune.hardware.profiles import GIB_IN_GB, parallel_layout, resolve_hardware
 from autotune.launchers import launcher_class
-from autotune.launchers.cluster import load_cluster, local_cluster, placeholder_cluster
+from autotune.launchers.cluster import first_nodes, load_cluster, local_cluster, placeholder_cluster
 from autotune.launchers.preflight import check_launch
 from autotune.launchers.watchdog import limits_for
 from autotune.model.files import resolve_model
@@ -117,9 +117,7 @@ def cluster_for(
     so without the file or the GPUs it renders for placeholder boxes (`placeholder_cluster`)."""
     chosen = launcher_class(launcher)  # an unknown name is refused here, before anything is read
     if cluster_file is not None:
-        cluster = load_cluster(cluster_file)
-        if len(cluster.nodes) != nodes:
-            raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+        cluster = first_nodes(load_cluster(cluster_file), nodes, cluster_file)
         return cluster.model_copy(update={"image": cluster.image or image})
     if chosen.needs_cluster_file and not dry_run:
         raise ConfigError(f"the {launcher} launcher needs --cluster FILE ({chosen.needs_cluster_file})")

@@ -25,6 +25,14 @@ def load_cluster(path: Path) -> Cluster:
     return load_yaml_model(path, Cluster, "cluster file")
 
 
+def first_nodes(cluster: Cluster, nodes: int, cluster_file: Path) -> Cluster:
+    """The first `nodes` boxes of a cluster file (a launch of fewer nodes leaves the rest alone);
+    ConfigError when the file lists fewer."""
+    if len(cluster.nodes) < nodes:
+        raise ConfigError(f"--nodes {nodes} but the cluster file {cluster_file} lists {len(cluster.nodes)} nodes")
+    return cluster.model_copy(update={"nodes": cluster.nodes[:nodes]})
+
+
 def host_ip() -> str:
     """This host's outward address (the one Ray resolves 127.0.0.1 to). A UDP connect sends nothing."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

@@ -6,7 +6,8 @@ memlock. On a Ray launch the head and worker containers run `ray start --block`;
 runs with `docker exec` inside the head container once Ray shows every node alive (NVIDIA's
 playbook does the same by hand). Containers are labelled with the study and trial, so leftovers
 of a crashed run can be found and removed (`cleanup`), and are not auto-removed, so their logs
-survive a crash until collected.
+survive a crash until collected. A reaper process per launch (launchers/docker_reaper.py) removes
+them when autotune is killed or crashes before it can.
 
 `DockerServer` has ServerProcess's contract. `docker_commands` renders the same launch as
 `docker run` / `docker exec` argv lists for a recipe. The SDK (`docker` package) is imported only
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -32,20 +34,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.errors import ConfigError, EngineStartError, EngineUnavailable
 from autotune.launchers import preflight as checks
 from autotune.launchers.base import Launched, LaunchOptions, wait_for_health
+from autotune.launchers.docker_reaper import release, start_reaper
 from autotune.launchers.process import tail
 from autotune.launchers.ray import (
     NODES_MARKER,
-    node_log_path,
     nodes_check_argv,
     parse_nodes_report,
+    role_log_path,
 )
 from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
-LABEL_STUDY = "autotune.study.tuner"
-LABEL_TRIAL = "autotune.trial.run"
+LABEL_STUDY = "autotune.study"
+LABEL_TRIAL = "autotune.trial"
 LABEL_NODE = "autotune.node"
 LABEL_ROLE = "autotune.role"
+LABEL_LAUNCH = "autotune.launch"  # one DockerServer's containers, whatever the study and trial
 CONTAINER_PYTHON = "python3"  # the engine's interpreter inside the image
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]+")
 _LIVE: weakref.WeakSet[DockerServer] = weakref.WeakSet()
@@ -233,6 +237,37 @@ def docker_client(address: str | None):
 ClientFactory = Callable[[str | None], Any]
 
 
+def remove_labelled(
+    cluster: Cluster, labels: list[str], client_factory: ClientFactory = docker_client,
+    log_path: Path | None = None,
+) -> list[str]:
+    """Remove every container carrying all `labels` (key=value) on every node's daemon; the names
+    removed. With `log_path` (the trial's log), each container's log is saved first, where
+    DockerServer.stop saves it."""
+    removed = []
+    for address in dict.fromkeys(n.address for n in cluster.nodes):
+        client = client_factory(address)
+        try:
+            for container in client.containers.list(all=True, filters={"label": labels}):
+                if log_path is not None:
+                    _save_log(container, log_path)
+                container.remove(force=True)
+                removed.append(container.name)
+        finally:
+            client.close()
+    return removed
+
+
+def _save_log(container: Any, log_path: Path) -> None:
+    labels = container.labels
+    path = role_log_path(log_path, int(labels.get(LABEL_NODE, 0)), labels.get(LABEL_ROLE, "server"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.write_bytes(container.logs(stdout=True, stderr=True))
+    except Exception as exc:  # a daemon that went away must not stop the removal
+        path.write_text(f"(log not collected: {exc})\n")
+
+
 def cleanup(
     cluster: Cluster,
     study: str,
@@ -242,16 +277,7 @@ def cleanup(
     """Remove every container labelled with `study` (and `trial`) on every node's daemon; the
     names removed. For leftovers of a crashed or killed run."""
     filters = [f"{LABEL_STUDY}={study}"] + ([f"{LABEL_TRIAL}={trial}"] if trial is not None else [])
-    removed = []
-    for address in dict.fromkeys(n.address for n in cluster.nodes):
-        client = client_factory(address)
-        try:
-            for container in client.containers.list(all=True, filters={"label": filters}):
-                container.remove(force=True)
-                removed.append(container.name)
-        finally:
-            client.close()
-    return removed
+    return remove_labelled(cluster, filters, client_factory)
 
 
 def stop_all() -> None:
@@ -308,7 +334,8 @@ class DockerServer(Launched):
         self._exec_client: Any = None
         self._exec_stream: Any = None
         self._exec_thread: threading.Thread | None = None
-        self._suffix = uuid.uuid4().hex[:6]
+        self.launch_id = uuid.uuid4().hex[:12]
+        self._reaper: subprocess.Popen[bytes] | None = None
         self.cleanup_errors: list[str] = []
 
     @classmethod
@@ -341,6 +368,8 @@ class DockerServer(Launched):
         self._t0 = time.monotonic()
         _LIVE.add(self)
         self._check_images()
+        # before the first container: a reaper must exist whenever a container does
+        self._reaper = start_reaper(self.cluster, self.launch_id, self.log_path)
         server = self.launch.server
         head = exec_host(self.launch, server)
         for node in self.launch.nodes:
@@ -379,13 +408,8 @@ class DockerServer(Launched):
             except Exception:  # the connection may already be gone with the container
                 pass
         containers, self.containers = self.containers, []
-        for node, container in containers:
-            path = node_log_path(self.log_path, node)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(container.logs(stdout=True, stderr=True))
-            except Exception as exc:  # a daemon that went away must not stop the removal
-                path.write_text(f"(log not collected: {exc})\n")
+        for _, container in containers:
+            _save_log(container, self.log_path)
         errors = []
         for node, container in containers:
             try:
@@ -399,6 +423,9 @@ class DockerServer(Launched):
         for client in self._clients.values():
             client.close()
         self._clients, self._exec_client = {}, None
+        if self._reaper is not None:  # containers it could not remove are the reaper's to retry
+            release(self._reaper, removed_all=not errors)
+            self._reaper = None
         _LIVE.discard(self)
         self.cleanup_errors = errors
         if errors and raise_errors:
@@ -445,8 +472,9 @@ class DockerServer(Launched):
             LABEL_TRIAL: self.trial,
             LABEL_NODE: str(node.node),
             LABEL_ROLE: node.role,
+            LABEL_LAUNCH: self.launch_id,
         }
-        name = _slug(f"autotune-{self.study}-{self.trial}-n{node.node}-{node.role}-{self._suffix}")
+        name = _slug(f"autotune-{self.study}-{self.trial}-n{node.node}-{node.role}-{self.launch_id[:6]}")
         spec = container_spec(node, self.cluster, name, labels)
         kwargs = sdk_kwargs(spec)
         kwargs["environment"] = {**kwargs["environment"], **pass_through_env()}
@@ -554,6 +582,7 @@ __all__ = [
     "docker_client",
     "docker_commands",
     "exec_argv",
+    "remove_labelled",
     "run_argv",
     "sdk_kwargs",
     "stop_all",

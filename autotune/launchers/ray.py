@@ -242,7 +242,12 @@ def stop_all() -> None:
 
 
 def node_log_path(log_path: Path, node: NodeLaunch) -> Path:
-    return log_path.with_name(f"{log_path.stem}.node{node.node}-{node.role}{log_path.suffix or '.log'}")
+    return role_log_path(log_path, node.node, node.role)
+
+
+def role_log_path(log_path: Path, node: int, role: str) -> Path:
+    """Where the log of node `node`'s `role` process goes, beside the trial's log."""
+    return log_path.with_name(f"{log_path.stem}.node{node}-{role}{log_path.suffix or '.log'}")
 
 
 class RayCluster(Launched):

@@ -8,7 +8,7 @@ from typing import Literal
 
 from autotune.errors import ConfigError
 from autotune.hardware.profiles import get_profile
-from autotune.launchers.cluster import load_cluster, placeholder_cluster
+from autotune.launchers.cluster import first_nodes, load_cluster, placeholder_cluster
 from autotune.models import Cluster, ClusterNode, Recipe
 from autotune.output.recipe import docker_script, model_dir_of, shell_script, to_yaml
 
@@ -24,13 +24,11 @@ def _gpus_per_node(recipe: Recipe) -> int:
 
 
 def docker_cluster(recipe: Recipe, image: str | None, cluster_file: Path | None) -> Cluster:
-    """The boxes the docker lines address: the cluster file, else this box (one node) or
+    """The boxes the docker lines address: the cluster file's first ones, else this box (one node) or
     placeholder boxes 192.168.100.x (several; said in the recipe's accuracy notes)."""
     nodes = len({n.node for n in recipe.launch.nodes})
     if cluster_file is not None:
-        cluster = load_cluster(cluster_file)
-        if len(cluster.nodes) != nodes:
-            raise ConfigError(f"the recipe runs on {nodes} nodes but {cluster_file} lists {len(cluster.nodes)}")
+        cluster = first_nodes(load_cluster(cluster_file), nodes, cluster_file)
     elif nodes > 1:
         cluster = placeholder_cluster(nodes, _gpus_per_node(recipe))
     else:

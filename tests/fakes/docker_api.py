@@ -1,7 +1,11 @@
-"""FAKE: an imitation of the Docker Engine HTTP API for tests. Not a Docker engine: nothing runs.
+"""FAKE, hand-written: an imitation of the Docker Engine HTTP API for tests. Not a Docker engine:
+nothing runs.
 
-No Docker engine runs where autotune's tests run, so the docker launcher is tested against this
-server. It answers the endpoints the Docker SDK (docker-py 7) calls, with bodies shaped like the
+The docker launcher runs against the real local daemon in CI (tests/test_launcher_docker_daemon.py,
+the contract suite, tests/test_docker_study.py); this fake stays for what that daemon, on a host
+without GPUs or RDMA, cannot show: the exact GPU device requests and RDMA devices sent, a daemon
+that refuses to create a container, two nodes holding different builds of one image. It answers
+the endpoints the Docker SDK (docker-py 7) calls, with bodies shaped like the
 Docker Engine API v1.45 reference (version, image inspect, container create/inspect/start/logs/
 list/kill/remove, exec create/start/inspect), keeps the containers it was asked to make in memory,
 and records every request so a test can assert the exact container config that was sent.

@@ -1,0 +1,114 @@
+"""Removes one docker launch's containers once the autotune that started them is gone, however it went.
+
+A container is not a child of autotune: SIGKILL or a hard crash of autotune leaves it running, and
+nothing of autotune runs afterwards to remove it. So each DockerServer starts this module as a
+process in its own session (a Ctrl-C at autotune's terminal or a kill of its process group does
+not reach it) and writes one line on its stdin, the cluster and the launch id; autotune alone
+holds the other end of that pipe. When the pipe closes, the reaper reads what came last: `done`
+(autotune removed the containers itself) ends it; anything else, EOF included, means autotune
+died or could not remove them, and the reaper removes every container labelled with the launch
+id on every node's daemon, retrying a daemon that does not answer for a while.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TextIO
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.models import Cluster
+
+DONE = "done"
+RETRY_FOR_S = 60.0
+
+
+class ReaperOrder(BaseModel):
+    """The reaper's first line: whose containers to remove if autotune goes away."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: Cluster
+    launch_id: str
+    log_path: Path  # the trial's log: container logs are saved beside it before removal
+
+
+def start_reaper(cluster: Cluster, launch_id: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """The reaper for one launch, already given its order (see the module docstring); it writes
+    to `<log_path stem>.reaper.log` only when it removes something."""
+    own_log = log_path.with_suffix(".reaper.log")
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with own_log.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.launchers.docker_reaper", str(own_log)],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, close_fds=True,
+        )
+    assert proc.stdin is not None
+    order = ReaperOrder(cluster=cluster, launch_id=launch_id, log_path=log_path)
+    proc.stdin.write(order.model_dump_json().encode() + b"\n")
+    proc.stdin.flush()
+    return proc
+
+
+def release(proc: subprocess.Popen[bytes], removed_all: bool) -> None:
+    """autotune's side at stop: `done` when every container is gone, then close the pipe."""
+    pipe: IO[bytes] | None = proc.stdin
+    if pipe is None or pipe.closed:
+        return
+    try:
+        if removed_all:
+            pipe.write(f"{DONE}\n".encode())
+        pipe.close()
+    except OSError:  # the reaper is gone already: nothing to tell it
+        pass
+
+
+def reap(stream: TextIO, remove: Callable[[ReaperOrder], list[str]], retry_for_s: float = RETRY_FOR_S,
+         sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Wait for the pipe to close; the names removed (none after `done`)."""
+    first = stream.readline()
+    if not first.strip():
+        return []
+    order = ReaperOrder.model_validate_json(first)
+    if stream.read().strip() == DONE:
+        return []
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            return remove(order)
+        except Exception as exc:  # a daemon that does not answer now may answer in a moment
+            if time.monotonic() > deadline:
+                print(f"reaper: could not remove the containers of launch {order.launch_id}: {exc}", flush=True)
+                raise SystemExit(1) from None
+            sleep(2.0)
+
+
+def _remove_launch(order: ReaperOrder) -> list[str]:
+    from autotune.launchers.docker import LABEL_LAUNCH, remove_labelled
+
+    return remove_labelled(order.cluster, [f"{LABEL_LAUNCH}={order.launch_id}"], log_path=order.log_path)
+
+
+def main(log_path: Path) -> None:
+    """Its output goes to `log_path`, which it deletes when it had nothing to say."""
+    for sig in (signal.SIGINT, signal.SIGHUP):  # a closing terminal or a Ctrl-C is not the reaper's end
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        for name in reap(sys.stdin, _remove_launch):
+            print(f"reaper: removed {name} (autotune did not)", flush=True)
+    finally:
+        if log_path.exists() and log_path.stat().st_size == 0:
+            log_path.unlink()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,148 @@
+"""The docker launcher against the REAL local Docker daemon (tests/docker_daemon.py: skipped
+without one unless AUTOTUNE_REQUIRE_DOCKER=1, as .ci/run sets). Containers of the image built by
+scripts/docker_image.sh run a stand-in server (a real HTTP server on the launch port, host
+network); what only the hand-written fake can show (GPU device requests, RDMA devices, Ray in
+containers) stays in tests/test_launcher_docker.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from docker_daemon import daemon_client, daemon_image, labelled, wait_until_none
+
+from autotune.launchers.base import free_port
+from autotune.launchers.docker import LABEL_LAUNCH, DockerServer
+from autotune.models import CONTAINER_VLLM_CACHE, Cluster, ClusterNode, LaunchSpec, NodeLaunch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SERVER = textwrap.dedent(
+    """
+    import http.server, os, sys
+    os.makedirs(sys.argv[2], exist_ok=True)
+    open(os.path.join(sys.argv[2], "written-in-the-container"), "w").write("compiled")
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        def log_message(self, *args):
+            pass
+    print("Application startup complete.", flush=True)
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    """
+)
+WORKER = "import time; print('worker up', flush=True); time.sleep(3600)"
+
+
+@pytest.fixture
+def image() -> str:
+    return daemon_image()
+
+
+def two_node_cluster(image: str, folder: Path) -> Cluster:
+    """Two "nodes" on this host's daemon, reached two ways: the default socket and its unix:// address."""
+    nodes = [ClusterNode(ip="127.0.0.1"), ClusterNode(address="unix:///var/run/docker.sock", ip="127.0.0.1")]
+    return Cluster(nodes=nodes, gpus_per_node=0, rdma=False, image=image, mounts={str(folder): str(folder)},
+                   compile_cache=str(folder / "compile-cache"))
+
+
+def server_launch(folder: Path, port: int, worker: bool = True) -> LaunchSpec:
+    script = folder / "server.py"
+    script.write_text(SERVER)
+    nodes = [NodeLaunch(node=0, argv=[sys.executable, str(script), str(port), CONTAINER_VLLM_CACHE])]
+    if worker:
+        nodes.append(NodeLaunch(node=1, role="worker", argv=[sys.executable, "-c", WORKER]))
+    return LaunchSpec(engine="stand-in", nodes=nodes, port=port, health_path="/health")
+
+
+def test_one_container_per_node_with_host_network_ipc_labels_compile_cache_and_logs(image, tmp_path):
+    cluster = two_node_cluster(image, tmp_path)
+    port = free_port()
+    server = DockerServer(server_launch(tmp_path, port), cluster, tmp_path / "trial.log", study="daemon-test",
+                          trial="3", startup_timeout_s=60)
+    with server:
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200  # host network
+        client = daemon_client()
+        try:
+            made = client.containers.list(filters={"label": ["autotune.study=daemon-test"]})
+            assert len(made) == 2
+            by_role = {c.labels["autotune.role"]: c for c in made}
+            assert set(by_role) == {"server", "worker"}
+            for role, container in by_role.items():
+                host = container.attrs["HostConfig"]
+                assert host["NetworkMode"] == "host" and host["IpcMode"] == "host"
+                assert f"{tmp_path / 'compile-cache'}:{CONTAINER_VLLM_CACHE}" in host["Binds"]
+                assert container.labels["autotune.trial"] == "3"
+                assert container.labels[LABEL_LAUNCH] == server.launch_id
+                assert container.attrs["Config"]["Entrypoint"] == ["python3"]  # this host's python -> the image's
+        finally:
+            client.close()
+        assert "Application startup complete" in server.log_text()
+    # what the container wrote under vLLM's cache root is on the host, after the container is gone
+    assert (tmp_path / "compile-cache" / "written-in-the-container").read_text() == "compiled"
+    assert "Application startup complete" in (tmp_path / "trial.node0-server.log").read_text()
+    assert "worker up" in (tmp_path / "trial.node1-worker.log").read_text()
+    assert labelled("autotune.study=daemon-test") == []
+
+
+def test_an_image_missing_on_the_daemon_is_named_and_nothing_is_created(image, tmp_path):
+    cluster = two_node_cluster("autotune-no-such-image:0", tmp_path)
+    server = DockerServer(server_launch(tmp_path, free_port()), cluster, tmp_path / "t.log", study="daemon-missing")
+    with pytest.raises(Exception, match="image autotune-no-such-image:0 is not on node 0"):
+        with server:
+            pass
+    assert labelled("autotune.study=daemon-missing") == []
+
+
+DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from autotune.launchers.docker import DockerServer
+    from autotune.models import Cluster, LaunchSpec
+    cluster = Cluster.model_validate_json(Path(sys.argv[1]).read_text())
+    launch = LaunchSpec.model_validate_json(Path(sys.argv[2]).read_text())
+    server = DockerServer(launch, cluster, Path(sys.argv[3]), study="daemon-kill", trial="0", startup_timeout_s=60)
+    server.__enter__()
+    print("READY", server.launch_id, flush=True)
+    if sys.argv[4] == "crash":
+        os._exit(3)  # dies as a segfault would: no finally, no atexit
+    time.sleep(3600)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["kill -9", "crash"])
+def test_containers_do_not_outlive_autotune_killed_or_crashed(image, tmp_path, how):
+    """Nothing in autotune runs after SIGKILL or a hard crash: the reaper DockerServer starts in
+    its own session sees its pipe close and removes the launch's containers."""
+    cluster, launch = tmp_path / "cluster.json", tmp_path / "launch.json"
+    cluster.write_text(two_node_cluster(image, tmp_path).model_dump_json())
+    launch.write_text(server_launch(tmp_path, free_port()).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", DRIVER, str(cluster), str(launch), str(tmp_path / "t.log"), how]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        launch_id = line.split()[1]
+        assert len(labelled(f"{LABEL_LAUNCH}={launch_id}")) == 2
+        if how == "kill -9":
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group, as a terminal's kill would
+        assert proc.wait(timeout=30) in (-signal.SIGKILL, 3)
+        assert wait_until_none(f"{LABEL_LAUNCH}={launch_id}") == []
+        assert (tmp_path / "t.reaper.log").read_text().count("reaper: removed") == 2
+        assert "Application startup complete" in (tmp_path / "t.node0-server.log").read_text()  # saved first
+        assert "worker up" in (tmp_path / "t.node1-worker.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["docker", "rm", "-f", *labelled("autotune.study=daemon-kill")], capture_output=True)
