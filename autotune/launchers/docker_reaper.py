@@ -13,7 +13,6 @@ id on every node's daemon, retrying a daemon that does not answer for a while.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ def start_reaper(cluster: Cluster, launch_id: str, log_path: Path) -> subprocess
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with own_log.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.launchers.docker_reaper", str(own_log)],
+            [sys.executable, "-m", "autotune.launchers.reap_containers", str(own_log)],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, close_fds=True,
         )
@@ -90,25 +89,3 @@ def reap(stream: TextIO, remove: Callable[[ReaperOrder], list[str]], retry_for_s
                 print(f"reaper: could not remove the containers of launch {order.launch_id}: {exc}", flush=True)
                 raise SystemExit(1) from None
             sleep(2.0)
-
-
-def _remove_launch(order: ReaperOrder) -> list[str]:
-    from autotune.launchers.docker import LABEL_LAUNCH, remove_labelled
-
-    return remove_labelled(order.cluster, [f"{LABEL_LAUNCH}={order.launch_id}"], log_path=order.log_path)
-
-
-def main(log_path: Path) -> None:
-    """Its output goes to `log_path`, which it deletes when it had nothing to say."""
-    for sig in (signal.SIGINT, signal.SIGHUP):  # a closing terminal or a Ctrl-C is not the reaper's end
-        signal.signal(sig, signal.SIG_IGN)
-    try:
-        for name in reap(sys.stdin, _remove_launch):
-            print(f"reaper: removed {name} (autotune did not)", flush=True)
-    finally:
-        if log_path.exists() and log_path.stat().st_size == 0:
-            log_path.unlink()
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
