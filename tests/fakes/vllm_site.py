@@ -7,7 +7,9 @@ chat and completions (words at a fixed pace; two tokens per chunk when a specula
 given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
 lines in vLLM's wording. `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
 With `--load-format dummy` a reply stops after 7 tokens unless the request sets `ignore_eos`
-(random weights sample an end-of-sequence token early).
+(random weights sample an end-of-sequence token early). With `--distributed-executor-backend ray` it
+joins the Ray cluster at RAY_ADDRESS as a driver first (as vLLM's Ray executor does) and logs the
+nodes it found.
 It is not vLLM: nothing is computed, and the numbers it yields mean nothing.
 """
 
@@ -32,7 +34,15 @@ p.add_argument("--port", type=int); p.add_argument("--host"); p.add_argument("--
 p.add_argument("--kv-cache-dtype", default="auto"); p.add_argument("--attention-backend")
 p.add_argument("--speculative-config"); p.add_argument("--enforce-eager", action="store_true")
 p.add_argument("--load-format", default="auto")
+p.add_argument("--distributed-executor-backend"); p.add_argument("--tensor-parallel-size", type=int, default=1)
 args, _ = p.parse_known_args()
+if args.distributed_executor_backend == "ray":
+    # as vLLM's Ray executor: join the cluster at RAY_ADDRESS as a driver, or fail to start
+    import ray
+    ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    print(f"INFO [ray_utils.py:300] Ray cluster at {{os.environ['RAY_ADDRESS']}}: {{len(alive)}} node(s) alive; "
+          f"tensor_parallel_size={{args.tensor_parallel_size}}", flush=True)
 print(f"INFO [core.py:90] Initializing a V1 LLM engine (v0.26.0) with config: model={{args.model!r}}, "
       f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}", flush=True)
 if args.kv_cache_dtype == "nvfp4":
