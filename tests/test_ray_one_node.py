@@ -67,7 +67,7 @@ def fake_space(tmp_path, monkeypatch):
 @pytest.mark.parametrize("with_file", [True, False], ids=["cluster-file", "no-cluster-file"])
 def test_one_node_ray_cluster_runs_vllm_on_the_ray_executor(fake_space, tmp_path, ray_root, capsys, with_file):
     db = tmp_path / "runs.db"
-    args = ["search", "--space", str(fake_space), "--db", str(db), "--trials", "2", "--confirm-rounds", "0",
+    args = ["search", "--space", str(fake_space), "--db", str(db), "--trials", "2" if with_file else "1", "--confirm-rounds", "0",
             "--noise-relaunches", "0", "--study", "r", "--launcher", "ray", "--nodes", "1", "--logs", str(tmp_path / "logs")]
     if with_file:
         cluster = tmp_path / "cluster.yaml"
@@ -77,7 +77,7 @@ def test_one_node_ray_cluster_runs_vllm_on_the_ray_executor(fake_space, tmp_path
     out = capsys.readouterr().out
     assert code == 0, out
     trials = Store(db).trials("r")
-    assert [t.status for t in trials] == ["ok", "ok"], [t.reason for t in trials]
+    assert [t.status for t in trials] == ["ok"] * (2 if with_file else 1), [t.reason for t in trials]
     for trial in trials:
         assert [(n.node, n.role) for n in trial.launch.nodes] == [(0, "head"), (0, "server")]
         argv = trial.launch.server.argv
@@ -105,3 +105,36 @@ def test_a_launch_the_ray_launcher_cannot_run_is_refused_before_runs_db(tmp_path
     assert code == 2, text
     assert not db.exists()
     assert len(text.splitlines()) == 1 and "llamacpp" in text and "ray" in text and "unexpected" not in text
+
+
+def test_a_candidate_the_ray_launcher_cannot_run_is_skipped_and_a_trial_of_it_fails_not_the_study(tmp_path, fake_space):
+    from autotune.commands.setup import prepare
+    from autotune.models import Candidate
+    from autotune.trial.run import run_trial
+
+    text = fake_space.read_text().replace(
+        "  - {name: max_num_seqs, values: [8, 16], default: 8}",
+        "  - {name: distributed_executor_backend, values: [null, mp], default: null}",
+    )
+    fake_space.write_text(text)
+    plan = prepare(space_name=str(fake_space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
+                   nodes=1, accuracy=False, logs_dir=tmp_path, dry_run=True, launcher="ray")
+    mp = Candidate(engine="vllm", params={**plan.space.fixed, "distributed_executor_backend": "mp"})
+    assert plan.pruner.reason(mp) == (
+        "launch: a Ray cluster launch needs distributed_executor_backend=ray, the candidate has 'mp'"
+    )
+    result = run_trial(plan.ctx, mp, 3)  # asked anyway (a resumed queue): a failed trial, nothing launched
+    assert result.status == "failed" and result.failure.failure_class == "configuration_error"
+    assert result.launch is None
+
+
+def test_one_node_cluster_keeps_the_single_process_layout():
+    from autotune.engines.vllm import cluster_params
+    from autotune.errors import ConfigError
+    from autotune.models import Cluster, ClusterNode
+
+    one = Cluster(nodes=[ClusterNode(ip="10.0.0.1")], gpus_per_node=2)
+    assert cluster_params({}, one) == {"distributed_executor_backend": "ray", "tensor_parallel_size": 1}
+    assert cluster_params({"tensor_parallel_size": 2}, one)["tensor_parallel_size"] == 2
+    with pytest.raises(ConfigError, match="one-node cluster holds 2"):
+        cluster_params({"tensor_parallel_size": 4}, one)
