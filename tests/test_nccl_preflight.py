@@ -202,6 +202,7 @@ def test_a_two_node_study_skips_graph_candidates_and_records_the_nccl_with_the_t
     code, _ = search("", "  - {name: enforce_eager, values: [true, false], default: true}", "--trials", "3")
     out = capsys.readouterr().out
     assert code == 0, out
+    assert "NCCL each node loads: node 0: NCCL 2.28.9 (system); node 1: NCCL 2.28.9 (system)" in out
     trials = Store(tmp_path / "runs.db").trials("n")
     ran = [t for t in trials if t.status == "ok"]
     skipped = [t for t in trials if t.status == "skipped"]

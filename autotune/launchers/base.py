@@ -244,7 +244,7 @@ def wait_for_health(
                 if last is not None:
                     evidence = [f"GET {url}: 200", last.evidence(ready.path if ready else "")]
                     raise EngineStartError(
-                        f"engine at {base_url} answers its health check but no one-token generation came back "
+                        "the engine answers its health check but no one-token generation came back "
                         f"within {timeout_s:.0f} s ({last.outcome.value})",
                         log_tail=log_text(), timed_out=True, stalled=True, evidence=evidence,
                     )
