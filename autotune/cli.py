@@ -165,6 +165,10 @@ def search(
     if dry_run:
         terminal.print_dry_run(console, plan)
         return
+    if plan.ctx.nccl:
+        from autotune.launchers.nccl import summary
+
+        console.print(f"NCCL each node loads: {summary(plan.ctx.nccl)}", markup=False, highlight=False)
     reporter = terminal.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
     try:
         outcome = search_command.run(

@@ -50,7 +50,13 @@ class StudyBusy(AutotuneError):
 class EngineStartError(AutotuneError):
     """An engine process did not become healthy; carries the log tail for classification."""
 
-    def __init__(self, message: str, log_tail: str = "", timed_out: bool = False) -> None:
+    def __init__(
+        self, message: str, log_tail: str = "", timed_out: bool = False, stalled: bool = False,
+        evidence: list[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.log_tail = log_tail
         self.timed_out = timed_out
+        #: its health endpoint answered but no one-token generation came back (engine_stalled)
+        self.stalled = stalled
+        self.evidence = evidence or []

@@ -556,12 +556,87 @@ class NodeLaunch(Record):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class ReadyRequest(Record):
+    """The one-token greedy generation that says an engine is up: a health endpoint answering 200
+    is not enough (an engine can stop generating while /health still answers)."""
+
+    path: str = "/v1/completions"
+    body: dict[str, Any] = Field(description="the JSON posted: the served model, a short prompt, max_tokens 1, temperature 0")
+
+
+class GenerationOutcome(str, Enum):
+    """What one generation check came back with."""
+
+    GENERATED = "generated"
+    TIMED_OUT = "timed_out"
+    HTTP_ERROR = "http_error"
+    NO_TOKEN = "no_token"
+    UNREACHABLE = "unreachable"
+
+
+class GenerationCheck(Record):
+    """One one-token greedy generation against a running engine, and what came of it."""
+
+    outcome: GenerationOutcome
+    seconds: float
+    timeout_s: float
+    detail: str = ""
+
+    @property
+    def generated(self) -> bool:
+        return self.outcome == GenerationOutcome.GENERATED
+
+    def evidence(self, path: str) -> str:
+        what = f"POST {path} (1 token, greedy): {self.outcome.value}"
+        if self.outcome == GenerationOutcome.TIMED_OUT:
+            return f"{what}, no reply within {self.timeout_s:.0f} s"
+        return f"{what} after {self.seconds:.1f} s" + (f": {self.detail}" if self.detail else "")
+
+
+class NcclSource(str, Enum):
+    """Where a node's NCCL library comes from."""
+
+    PIP = "pip"  # an nvidia-nccl-cu* wheel in the engine's Python
+    SYSTEM = "system"  # libnccl.so.2 of the system (DGX OS: the libnccl2 package)
+    OVERRIDE = "override"  # the file VLLM_NCCL_SO_PATH names
+
+
+class NcclLibrary(Record):
+    """One NCCL library found on a node (launchers/nccl.py says how each field is read)."""
+
+    source: NcclSource
+    path: str | None = None
+    real_path: str | None = Field(None, description="the file its symlinks resolve to")
+    package: str | None = Field(None, description="the pip distribution or Debian package it belongs to")
+    package_version: str | None = None
+    version: str | None = Field(None, description="the library's own version (its compiled-in version string)")
+    cuda: str | None = Field(None, description="the CUDA version it was built for")
+    build_id: str | None = Field(None, description="its GNU build id: two builds of one version differ here")
+    sha256: str | None = Field(None, description="the file's hash, where it has no build id")
+    error: str | None = None
+
+
+class NcclReading(Record):
+    """The NCCL libraries of one node before a multi-node launch, and which one the engine loads."""
+
+    node: int
+    libraries: list[NcclLibrary] = Field(default_factory=list)
+    loaded: NcclSource | None = Field(None, description="the one the engine loads (None: none found)")
+    error: str | None = Field(None, description="why nothing could be read")
+
+    def loaded_library(self) -> NcclLibrary | None:
+        return next((lib for lib in self.libraries if lib.source == self.loaded and lib.version), None)
+
+
 class LaunchSpec(Record):
     engine: str
     nodes: list[NodeLaunch]
     port: int
     health_path: str = "/v1/models"
     image: str | None = None
+    ready: ReadyRequest | None = Field(
+        None, description="the generation that must return before the engine counts as up (None: health alone)"
+    )
 
     @property
     def server(self) -> NodeLaunch:
@@ -585,6 +660,7 @@ class RequestResult(Record):
     n_chunks: int = 0
     text: str = ""
     finish_reason: str | None = None
+    timed_out: bool = Field(False, description="it failed because no byte came within the client's time-out")
 
     @property
     def ttft_ms(self) -> float | None:
@@ -743,6 +819,9 @@ class TrialResult(Record):
     reason: str | None = Field(None, description="why it failed or was skipped")
     failure: FailureInfo | None = None
     launch: LaunchSpec | None = None
+    nccl: list[NcclReading] = Field(
+        default_factory=list, description="the NCCL each node loads, read before a multi-node launch"
+    )
     engine_version: str | None = None
     selected: dict[str, str] = Field(default_factory=dict, description="what the engine says it used")
     measurements: list[Measurement] = Field(default_factory=list)

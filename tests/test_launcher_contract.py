@@ -97,7 +97,7 @@ def ray_rig(tmp_path: Path) -> Iterator[Rig]:
                                                                     cluster)
         argv = _server_argv(healthy, port, tmp_path)
         nodes = [n if n.role != "server" else n.model_copy(update={"argv": argv}) for n in rendered.nodes]
-        return rendered.model_copy(update={"nodes": nodes})
+        return rendered.model_copy(update={"nodes": nodes, "ready": None})  # the stand-in serves no completions
 
     yield Rig(make, cluster)
     shutil.rmtree(root, ignore_errors=True)
@@ -134,7 +134,7 @@ def docker_ray_rig(tmp_path: Path) -> Iterator[Rig]:
                                                                     cluster)
         argv = _server_argv(healthy, port, tmp_path)
         nodes = [n if n.role != "server" else n.model_copy(update={"argv": argv}) for n in rendered.nodes]
-        return rendered.model_copy(update={"nodes": nodes})
+        return rendered.model_copy(update={"nodes": nodes, "ready": None})  # the stand-in serves no completions
 
     yield Rig(make, cluster, leftovers=lambda: labelled("autotune.study"))
 

@@ -136,7 +136,8 @@ def cluster_on(engines, **kw) -> Cluster:
 
 def ray_launch(cluster: Cluster, port: int) -> LaunchSpec:
     engine = VllmEngine()  # this interpreter's path: the launcher must turn it into the image's python3
-    return engine.render_cluster(Candidate(engine="vllm", params={"kv_cache_dtype": "fp8"}), MODEL, port, cluster)
+    launch = engine.render_cluster(Candidate(engine="vllm", params={"kv_cache_dtype": "fp8"}), MODEL, port, cluster)
+    return launch.model_copy(update={"ready": None})  # the fake daemon's containers serve /health only
 
 
 # ---------------------------------------------------------------------- the whole launch
@@ -246,6 +247,7 @@ def test_single_node_launch_is_one_container(daemons, tmp_path):
     cluster = cluster_on([node0], rdma=False, gpus_per_node=1)
     port = free_port()
     launch = VllmEngine(python="python3").render(Candidate(engine="vllm", params={}), MODEL, port)
+    launch = launch.model_copy(update={"ready": None})  # the fake daemon's containers serve /health only
     with DockerServer(launch, cluster, tmp_path / "t.log", startup_timeout_s=20, poll_s=0.05) as server:
         assert server.alive()
         (body,) = node0.created_bodies()

@@ -65,6 +65,12 @@ def test_rank_env_pins_the_cluster_network_and_hcas():
         "TP_SOCKET_IFNAME": "enp1s0f1np1",
         "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
         "NCCL_IB_DISABLE": "0",
+        "NCCL_CUMEM_ENABLE": "0",  # the Spark setups' settings against NCCL init hangs, across nodes
+        "NCCL_IGNORE_CPU_AFFINITY": "1",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_NVLS_ENABLE": "0",  # one GPU per box: no NVLink for NVLS
+        "NCCL_NET": "IB",
+        "NCCL_CROSS_NIC": "1",
         "NCCL_IB_MERGE_NICS": "0",
     }
 
@@ -232,7 +238,7 @@ def local_launch(cluster: Cluster, server_argv: list[str], port: int) -> LaunchS
     """render_cluster's head and worker entries for real; the server entry runs the stand-in."""
     rendered = VllmEngine(python=sys.executable).render_cluster(Candidate(engine="vllm", params={}), MODEL, port, cluster)
     nodes = [n if n.role != "server" else n.model_copy(update={"argv": server_argv}) for n in rendered.nodes]
-    return rendered.model_copy(update={"nodes": nodes})
+    return rendered.model_copy(update={"nodes": nodes, "ready": None})  # the stand-in serves no completions
 
 
 def processes_mentioning(text: str) -> list[int]:

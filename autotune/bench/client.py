@@ -144,7 +144,8 @@ class OpenAIClient:
                         if choice.get("finish_reason"):
                             finish = choice["finish_reason"]
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
-            return RequestResult(ok=False, error=f"{type(exc).__name__}: {exc}", t_send=t_send)
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            return RequestResult(ok=False, error=f"{type(exc).__name__}: {exc}", t_send=t_send, timed_out=timed_out)
         text = "".join(pieces)
         if t_first is None:
             return RequestResult(ok=False, error="no chunk carried generated text", t_send=t_send, text=text)

@@ -19,7 +19,8 @@ from autotune.engines import Engine, get_engine
 from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
 from autotune.hardware.device import detect, host_fingerprint
 from autotune.hardware.profiles import GIB_IN_GB, parallel_layout, resolve_hardware
-from autotune.launchers import launcher_class
+from autotune.engines.base import Knobs
+from autotune.launchers import launcher_class, nccl
 from autotune.launchers.cluster import first_nodes, load_cluster, local_cluster, placeholder_cluster
 from autotune.launchers.preflight import check_launch
 from autotune.launchers.watchdog import limits_for
@@ -29,6 +30,7 @@ from autotune.models import (
     Cluster,
     DeviceIdentity,
     HardwareProfile,
+    NcclReading,
     SearchSpace,
 )
 from autotune.planner.roofline import estimate, fits_check
@@ -69,6 +71,44 @@ def layout_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> C
             parallel_layout(space, candidate, hardware, nodes)
         except ConfigError as exc:
             return f"layout: {exc}"
+        return None
+
+    return check
+
+
+def launch_check(ctx: TrialContext) -> Check:
+    """A candidate whose launch the launcher cannot run is skipped with the reason, not launched."""
+    def check(candidate: Candidate) -> str | None:
+        try:
+            ctx.check_launchable(candidate)
+        except ConfigError as exc:
+            return f"launch: {exc}"
+        return None
+
+    return check
+
+
+def checked_nccl(ctx: TrialContext, engine: Engine, base: Candidate, kept: list[Candidate]) -> list[NcclReading]:
+    """Read the NCCL every node will load (before runs.db opens) and refuse what is known to fail
+    across Sparks: a bad pip/system pair, mixed versions, or CUDA graphs on an old NCCL for every
+    candidate (a study where some candidates run eager keeps those; `nccl_check` skips the rest)."""
+    readings = launcher_class(ctx.launcher).read_nccl(ctx.render(base), ctx.cluster)
+    refusal = nccl.launch_refusal(readings)
+    if refusal:
+        raise ConfigError(f"NCCL: {refusal}")
+    check = nccl_check(engine, readings)
+    if kept and all(check(c) for c in kept):
+        raise ConfigError(f"NCCL: every candidate uses CUDA graphs: {nccl.graphs_refusal(readings)}")
+    return readings
+
+
+def nccl_check(engine: Engine, readings: list[NcclReading]) -> Check:
+    """Skip a candidate that replays CUDA graphs across nodes on an NCCL that deadlocks there."""
+    refusal = nccl.graphs_refusal(readings)
+
+    def check(candidate: Candidate) -> str | None:
+        if refusal and engine.cuda_graphs(Knobs(candidate.params)):
+            return f"nccl: {refusal}"
         return None
 
     return check
@@ -121,6 +161,11 @@ def cluster_for(
         return cluster.model_copy(update={"image": cluster.image or image})
     if chosen.needs_cluster_file and not dry_run:
         raise ConfigError(f"the {launcher} launcher needs --cluster FILE ({chosen.needs_cluster_file})")
+    if nodes == 1 and chosen.ray_nodes_only:
+        # a one-node Ray cluster on this host: its GPUs (none on a CPU host), TP 1 unless asked
+        gpus = min(hardware.gpus_per_node, len(device.gpus))
+        temp_root = Path(tempfile.gettempdir()) / f"at-ray-{os.getpid()}"
+        return local_cluster(1, temp_root, gpus_per_node=gpus)
     if nodes == 1:
         return None
     needed = nodes * hardware.gpus_per_node
@@ -169,20 +214,7 @@ def prepare(
     launcher_name = launcher or space.launcher
     cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
     check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
-    host = host_fingerprint(device, engine)
-    if dry_run:
-        store = Store(db_path) if db_path.exists() else None
-    else:
-        check_writable(db_path)
-        store = Store(db_path)
     name = study or f"{space.name}-{profile.name}-x{node_count}"
-    stored = store.study_space(name) if store else None
-    if stored is not None:
-        check_same_experiment(name, stored, space)
-    probes = store.probe_results(host.key()) if store else []
-    pruner = Pruner(
-        [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count)]
-    )
     ctx = TrialContext(
         study=name,
         space=space,
@@ -193,6 +225,23 @@ def prepare(
         launcher=launcher_name,
         cluster=cluster,
         watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
+    )
+    ctx.check_launchable(baseline(space))  # a launch the launcher cannot run: refused here, not a crash
+    if node_count > 1 and not dry_run:
+        ctx = ctx.model_copy(update={"nccl": checked_nccl(ctx, engine, baseline(space), kept)})
+    host = host_fingerprint(device, engine)
+    if dry_run:
+        store = Store(db_path) if db_path.exists() else None
+    else:
+        check_writable(db_path)
+        store = Store(db_path)
+    stored = store.study_space(name) if store else None
+    if stored is not None:
+        check_same_experiment(name, stored, space)
+    probes = store.probe_results(host.key()) if store else []
+    pruner = Pruner(
+        [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count),
+         launch_check(ctx), nccl_check(engine, ctx.nccl)]
     )
     return SearchPlan(
         space=space,

@@ -22,10 +22,21 @@ from autotune.models import (
     LaunchSpec,
     ModelSpec,
     ProbeResult,
+    ReadyRequest,
     Scalar,
     SearchSpace,
 )
 from autotune.engines.signatures import classify
+
+
+#: the prompt of the generation check (any tokenizer has a token for it)
+READY_PROMPT = "The"
+
+
+def ready_request(model: ModelSpec) -> ReadyRequest:
+    """The one-token greedy generation an engine must answer before it counts as up."""
+    body = {"model": model.served_name or model.name, "prompt": READY_PROMPT, "max_tokens": 1, "temperature": 0.0}
+    return ReadyRequest(path="/v1/completions", body=body)
 
 
 class Knobs:
@@ -138,7 +149,13 @@ class Engine(ABC):
     def render_cluster(self, candidate: Candidate, model: ModelSpec, port: int, cluster: Cluster) -> LaunchSpec:
         """The launch over several boxes (one NodeLaunch per process); engines without a
         distributed executor cannot."""
-        raise ConfigError(f"engine {self.name!r} cannot run across {len(cluster.nodes)} nodes")
+        nodes = len(cluster.nodes)
+        if nodes == 1:
+            raise ConfigError(
+                f"engine {self.name!r} has no distributed executor, so --launcher ray (a Ray cluster, one node "
+                "too) cannot run it; use --launcher process or docker"
+            )
+        raise ConfigError(f"engine {self.name!r} has no distributed executor: it cannot run across {nodes} nodes; use --nodes 1")
 
     def preflight(self, space: SearchSpace) -> None:
         """Checks against the installed engine before any launch (e.g. flag names); raise
@@ -196,6 +213,10 @@ class Engine(ABC):
 
     def eager(self, params: Knobs) -> bool:
         """Whether each decode step runs without captured graphs (its fixed step cost differs)."""
+        return False
+
+    def cuda_graphs(self, params: Knobs) -> bool:
+        """Whether these settings replay captured CUDA graphs (collectives inside them, across nodes)."""
         return False
 
     def decode_threads(self, params: Knobs, cpu_cores: int) -> int | None:

@@ -13,7 +13,7 @@ from importlib import metadata
 from collections.abc import Mapping
 from typing import Annotated, ClassVar
 
-from autotune.engines.base import Engine, Knobs, PlanNotes
+from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
 
@@ -175,6 +175,7 @@ class LlamaCppEngine(Engine):
             nodes=[NodeLaunch(argv=argv, env=dict(candidate.env))],
             port=port,
             health_path=self.health_path,
+            ready=ready_request(model),
         )
 
     def decode_threads(self, params: Knobs, cpu_cores: int) -> int | None:

@@ -35,6 +35,10 @@ from autotune.models import FailureInfo
 STARTUP_TIMEOUT_MARKER = "autotune: engine did not become healthy within"
 PROBE_TIMEOUT_MARKER = "autotune: probe timed out after"
 GOLDEN_MISMATCH_MARKER = "autotune: golden-output check failed"
+ENGINE_STALLED_MARKER = "autotune: engine stopped generating while its health check answers"
+
+#: an engine whose health endpoint answers but which returns no one-token generation (trial/liveness.py)
+ENGINE_STALLED = "engine_stalled"
 
 VLLM = frozenset({"vllm"})
 LLAMACPP = frozenset({"llamacpp"})
@@ -125,6 +129,12 @@ SIGNATURES: tuple[Signature, ...] = (
             + r"|TimeoutError: Timed out waiting for engine core processes to start"),
         "engine startup within the timeout",
         "raise the startup timeout (and VLLM_ENGINE_READY_TIMEOUT_S); first starts compile kernels for minutes",
+    ),
+    Signature(
+        ENGINE_STALLED,
+        _rx(re.escape(ENGINE_STALLED_MARKER) + r".*"),
+        "generation while the health endpoint answers",
+        "a hang, not a slow config: on several nodes check the NCCL every node loads; relaunch",
     ),
     Signature(
         "silent_miscompute",

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
-from autotune.engines.base import Engine, Knobs, PlanNotes
+from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
 from autotune.model.shapes import dummy_weights
@@ -162,7 +162,8 @@ class VllmEngine(Engine):
         argv += option_args(known) + self.plugin_args(candidate.params)
         env = checked_env(candidate.env)
         node = NodeLaunch(argv=argv, env=env)
-        return LaunchSpec(engine=self.name, nodes=[node], port=port, health_path=self.health_path)
+        return LaunchSpec(engine=self.name, nodes=[node], port=port, health_path=self.health_path,
+                          ready=ready_request(model))
 
     def render_cluster(
         self, candidate: Candidate, model: ModelSpec, port: int, cluster: Cluster
@@ -184,7 +185,8 @@ class VllmEngine(Engine):
         ]
         server_env = {**rank_env(cluster, 0), **env, "RAY_ADDRESS": cluster.ray_address}
         nodes.append(NodeLaunch(node=0, role="server", argv=single.server.argv, env=server_env))
-        return LaunchSpec(engine=self.name, nodes=nodes, port=port, health_path=self.health_path)
+        return LaunchSpec(engine=self.name, nodes=nodes, port=port, health_path=self.health_path,
+                          ready=ready_request(model))
 
     def validate_space(self, space: SearchSpace) -> None:
         """Knob names (base class), then: every value of every knob renders, no removed env var is set."""
@@ -230,6 +232,10 @@ class VllmEngine(Engine):
 
     def eager(self, params: Knobs) -> bool:
         return params.get("enforce_eager") is True
+
+    def cuda_graphs(self, params: Knobs) -> bool:
+        mode = params.get("cudagraph_mode")
+        return not self.eager(params) and not (isinstance(mode, str) and mode.upper() == "NONE")
 
     # ------------------------------------------------------------------ reading logs and metrics
 
@@ -333,6 +339,15 @@ def cluster_params(params: Mapping[str, Scalar], cluster: Cluster) -> dict[str, 
     out = {**params, "distributed_executor_backend": "ray"}
     tp, pp = params.get("tensor_parallel_size"), params.get("pipeline_parallel_size")
     pp_size = 1 if pp is None else _int("pipeline_parallel_size", pp)
+    if len(cluster.nodes) == 1:  # one box: the single-process launch's layout (TP 1 unless asked), on Ray
+        tp_size = 1 if tp is None else _int("tensor_parallel_size", tp)
+        if tp_size * pp_size > cluster.devices:
+            raise ConfigError(
+                f"tensor_parallel_size {tp_size} x pipeline_parallel_size {pp_size} = {tp_size * pp_size} ranks, "
+                f"but the one-node cluster holds {cluster.devices}"
+            )
+        out["tensor_parallel_size"] = tp_size
+        return out
     tp_size = cluster.devices // max(pp_size, 1) if tp is None else _int("tensor_parallel_size", tp)
     if tp_size * pp_size != cluster.devices:
         raise ConfigError(

@@ -20,7 +20,19 @@ import httpx
 from autotune.errors import EngineStartError
 from autotune.launchers.preflight import REACH_TIMEOUT_S
 from autotune.launchers.watchdog import WatchdogLimits
-from autotune.models import Cluster, FailureInfo, LaunchSpec, NodeLaunch
+from autotune.models import (
+    Cluster,
+    FailureInfo,
+    GenerationCheck,
+    GenerationOutcome,
+    LaunchSpec,
+    NcclReading,
+    NodeLaunch,
+    ReadyRequest,
+)
+
+#: the least time a generation check at start-up gets, however little of the startup timeout is left
+MIN_GENERATION_S = 30.0
 
 
 _ports_lock = threading.Lock()
@@ -64,6 +76,17 @@ class Launched:
 
     #: whether it runs launches with Ray head/worker nodes (the process launcher runs one server)
     multi_node: ClassVar[bool] = True
+    #: whether it runs only such launches: a Ray head (and workers) before the server, one node too
+    ray_nodes_only: ClassVar[bool] = False
+
+    @classmethod
+    def launch_problem(cls, launch: LaunchSpec) -> str | None:
+        """Why this launcher cannot run `launch` (None: it can); checked before runs.db opens."""
+        if not cls.multi_node and any(n.role != "server" for n in launch.nodes):
+            return None  # open_server hands a Ray launch to the local cluster launcher
+        if cls.ray_nodes_only:
+            return ray_launch_problem(launch)
+        return None
 
     @classmethod
     def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
@@ -85,6 +108,12 @@ class Launched:
     ) -> None:
         """Refuse, before anything is written, a launch this launcher cannot run (see
         launchers/preflight.py); `reach=False` (a dry run) skips the libraries and the network."""
+
+    @classmethod
+    def read_nccl(cls, launch: LaunchSpec, cluster: Cluster | None) -> list[NcclReading]:
+        """The NCCL each node of `launch` will load, read there before it starts (launchers/nccl.py);
+        [] where this launcher cannot read it."""
+        return []
 
     def start(self) -> None:
         raise NotImplementedError
@@ -137,6 +166,44 @@ class LocalLaunched(Launched):
         self.startup_s: float | None = None
 
 
+def ray_launch_problem(launch: LaunchSpec) -> str | None:
+    """Why `launch` is not a Ray cluster launch: one `head` entry first, `worker`s, one `server`."""
+    members = [n for n in launch.nodes if n.role in ("head", "worker")]
+    if not members or members[0].role != "head" or sum(n.role == "head" for n in members) != 1:
+        return "a Ray cluster launch needs exactly one head entry, listed first"
+    if sum(n.role == "server" for n in launch.nodes) != 1:
+        return "a Ray cluster launch needs exactly one server entry"
+    return None
+
+
+def generation_check(base_url: str, ready: ReadyRequest, timeout_s: float) -> GenerationCheck:
+    """Post the one-token greedy generation once; what came back (never raises for the engine's sake)."""
+    t0 = time.monotonic()
+
+    def done(outcome: GenerationOutcome, detail: str = "") -> GenerationCheck:
+        return GenerationCheck(outcome=outcome, seconds=round(time.monotonic() - t0, 3), timeout_s=timeout_s,
+                               detail=detail[:300])
+
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))) as http:
+            response = http.post(base_url + ready.path, json={**ready.body, "stream": False})
+    except httpx.TimeoutException:
+        return done(GenerationOutcome.TIMED_OUT)
+    except httpx.HTTPError as exc:
+        return done(GenerationOutcome.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+    if response.status_code != 200:
+        return done(GenerationOutcome.HTTP_ERROR, f"HTTP {response.status_code}: {response.text}")
+    try:
+        data = response.json()
+        choices = data.get("choices") or []
+        tokens = (data.get("usage") or {}).get("completion_tokens")
+    except (ValueError, AttributeError):
+        return done(GenerationOutcome.NO_TOKEN, f"not an OpenAI completion: {response.text}")
+    if not choices or tokens == 0:
+        return done(GenerationOutcome.NO_TOKEN, f"no token in the reply: {response.text}")
+    return done(GenerationOutcome.GENERATED)
+
+
 def wait_for_health(
     url: str,
     started_at: float,
@@ -144,24 +211,43 @@ def wait_for_health(
     why_dead: Callable[[], str | None],
     log_text: Callable[[], str],
     what: str = "startup timeout",
+    ready: ReadyRequest | None = None,
 ) -> float:
-    """Poll `url` until it answers 200; returns seconds since `started_at` (time.monotonic).
+    """Poll `url` until it answers 200 and then (with `ready`) until a one-token greedy generation
+    returns: only then is the engine up. Returns seconds since `started_at` (time.monotonic).
 
     Raises EngineStartError at once when `why_dead()` names a reason (process exited, watchdog,
     a node gone), and with timed_out=True after `timeout_s`; both carry the log for classification.
+    When health answered but no generation came back by then, the error is `stalled`, with the
+    last check as evidence.
     """
     deadline = started_at + timeout_s
+    base = url.split("/", 3)
+    base_url = "/".join(base[:3])
+    last: GenerationCheck | None = None
     with httpx.Client(timeout=5.0) as http:
         while True:
             dead = why_dead()
             if dead:
                 raise EngineStartError(f"{dead} before the engine became healthy", log_tail=log_text())
             try:
-                if http.get(url).status_code == 200:
-                    return time.monotonic() - started_at
+                healthy = http.get(url).status_code == 200
             except httpx.HTTPError:
-                pass
+                healthy = False
+            if healthy and ready is None:
+                return time.monotonic() - started_at
+            if healthy and ready is not None:
+                last = generation_check(base_url, ready, max(deadline - time.monotonic(), MIN_GENERATION_S))
+                if last.generated:
+                    return time.monotonic() - started_at
             if time.monotonic() > deadline:
+                if last is not None:
+                    evidence = [f"GET {url}: 200", last.evidence(ready.path if ready else "")]
+                    raise EngineStartError(
+                        "the engine answers its health check but no one-token generation came back "
+                        f"within {timeout_s:.0f} s ({last.outcome.value})",
+                        log_tail=log_text(), timed_out=True, stalled=True, evidence=evidence,
+                    )
                 raise EngineStartError(
                     f"engine not healthy at {url} after {timeout_s:.0f} s ({what})",
                     log_tail=log_text(),

@@ -84,6 +84,15 @@ def placeholder_note(nodes: int) -> str:
 # ---------------------------------------------------------------------- per-rank environment
 
 
+#: every rank of a launch across nodes: what the community 4-Spark MiniMax setups (tonyd2wild's
+#: node script, CosmicRaisins' recipe) set on every rank against NCCL init hangs
+INIT_HANG_ENV: dict[str, str] = {
+    "NCCL_CUMEM_ENABLE": "0",
+    "NCCL_IGNORE_CPU_AFFINITY": "1",
+    "NCCL_DEBUG": "WARN",  # also puts NCCL's warnings in the engine log, where the failure signatures read them
+}
+
+
 def rank_env(cluster: Cluster, index: int) -> dict[str, str]:
     """The environment of node `index` for a multi-node vLLM launch (no secrets).
 
@@ -97,6 +106,12 @@ def rank_env(cluster: Cluster, index: int) -> dict[str, str]:
     - RAY_memory_monitor_refresh_ms=0: Ray's memory monitor kills workers on unified-memory hosts
       where host and GPU memory are one pool (playbook); autotune's watchdog guards the host instead.
     - RAY_USAGE_STATS_ENABLED=0: no usage reports from machines that may have no route out.
+    Across nodes (more than one), the settings the Spark playbooks give against NCCL init hangs
+    (`INIT_HANG_ENV`), NCCL_NVLS_ENABLE=0 where a node has one GPU (NVLink SHARP has no NVLink to
+    use; NCCL 2.30.4's NVLS path hung MoE weight loading on Sparks, NVIDIA/nccl#2167), and with
+    HCAs NCCL_NET=IB (a broken RDMA path fails instead of falling back to sockets and measuring
+    TCP) and, for several HCAs, NCCL_CROSS_NIC=1. NCCL_IB_GID_INDEX differs per node (3 or 5): set
+    it in that node's `env`.
     Topology extras (Cluster.nccl_env) and the node's own env come last and win.
     """
     if not 0 <= index < len(cluster.nodes):
@@ -116,6 +131,14 @@ def rank_env(cluster: Cluster, index: int) -> dict[str, str]:
         env["NCCL_IB_DISABLE"] = "0"
     if node.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = node.gpus
+    if len(cluster.nodes) > 1:
+        env.update(INIT_HANG_ENV)
+        if cluster.gpus_per_node <= 1:
+            env["NCCL_NVLS_ENABLE"] = "0"
+        if node.hcas:
+            env["NCCL_NET"] = "IB"
+        if len(node.hcas) > 1:
+            env["NCCL_CROSS_NIC"] = "1"
     env.update(cluster.nccl_env)
     env.update(node.env)
     return env

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import ConfigError, EngineStartError, EngineUnavailable
+from autotune.launchers import nccl
 from autotune.launchers import preflight as checks
 from autotune.launchers.base import Launched, LaunchOptions, wait_for_health
 from autotune.launchers.docker_reaper import release, start_reaper
@@ -42,7 +43,7 @@ from autotune.launchers.ray import (
     parse_nodes_report,
     role_log_path,
 )
-from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NodeLaunch
+from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NcclReading, NodeLaunch
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
 LABEL_STUDY = "autotune.study"
@@ -361,6 +362,27 @@ class DockerServer(Launched):
 
     # -------------------------------------------------------------- lifecycle
 
+    @classmethod
+    def read_nccl(cls, launch: LaunchSpec, cluster: Cluster | None) -> list[NcclReading]:
+        """The reader in a throw-away container of the image on each node's daemon (host network,
+        the node's environment; no GPU needed to read files)."""
+        if cluster is None or not cluster.image:
+            return []
+        readings = []
+        for node in nccl.rank_nodes(launch):
+            address = cluster.nodes[node.node].address
+            try:
+                output = docker_client(address).containers.run(
+                    cluster.image, entrypoint=[CONTAINER_PYTHON], command=["-c", nccl.READER],
+                    environment=dict(node.env), network_mode="host", remove=True, stdout=True, stderr=True,
+                )
+            except Exception as exc:  # the SDK's errors, an unreachable daemon: this node could not be read
+                readings.append(NcclReading(node=node.node, error=f"the NCCL reader did not run: {type(exc).__name__}: {exc}"))
+                continue
+            text = output.decode(errors="replace") if isinstance(output, bytes) else str(output)
+            readings.append(nccl.parse_reading(node.node, text))
+        return readings
+
     def stop_after_failed_start(self) -> None:
         self.stop(raise_errors=False)  # the start failure is the news; leftovers stay in cleanup_errors
 
@@ -383,7 +405,8 @@ class DockerServer(Launched):
 
     def wait_ready(self) -> None:
         self.startup_s = wait_for_health(
-            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self._dead, self.log_text
+            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self._dead, self.log_text,
+            ready=self.launch.ready,
         )
 
     def alive(self) -> bool:

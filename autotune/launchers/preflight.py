@@ -92,10 +92,10 @@ def refuse_cluster_file(cluster_file: object | None) -> None:
         )
 
 
-def require_ray(cluster: Cluster) -> None:
-    """A launch over several nodes runs Ray."""
-    if len(cluster.nodes) > 1 and not _installed("ray"):
-        raise EngineUnavailable("the multi-node launch runs Ray, which is not installed: pip install 'autotune[ray]'")
+def require_ray(cluster: Cluster, *, one_node_too: bool = False) -> None:
+    """A launch over several nodes runs Ray (the ray launcher runs it for one node too)."""
+    if (len(cluster.nodes) > 1 or one_node_too) and not _installed("ray"):
+        raise EngineUnavailable("the launch runs Ray, which is not installed: pip install 'autotune[ray]'")
 
 
 def require_local_nodes(cluster: Cluster) -> None:

@@ -128,7 +128,8 @@ class ServerProcess(LocalLaunched):
 
     def wait_ready(self) -> None:
         self.startup_s = wait_for_health(
-            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self.why_dead, self.log_text
+            self.base_url + self.launch.health_path, self._t0, self.startup_timeout_s, self.why_dead, self.log_text,
+            ready=self.launch.ready,
         )
 
     def alive(self) -> bool:

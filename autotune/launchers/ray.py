@@ -28,12 +28,20 @@ from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.errors import EngineStartError
+from autotune.errors import ConfigError, EngineStartError
+from autotune.launchers import nccl
 from autotune.launchers import preflight as checks
-from autotune.launchers.base import Launched, LaunchOptions, LocalLaunched, command_line, wait_for_health
+from autotune.launchers.base import (
+    Launched,
+    LaunchOptions,
+    LocalLaunched,
+    command_line,
+    ray_launch_problem,
+    wait_for_health,
+)
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
-from autotune.models import Cluster, LaunchSpec, NodeLaunch
+from autotune.models import Cluster, LaunchSpec, NcclReading, NodeLaunch
 
 _LIVE: weakref.WeakSet[RayCluster] = weakref.WeakSet()
 
@@ -266,9 +274,10 @@ class RayCluster(Launched):
         ready_timeout_s: float = 120.0,
         limits: WatchdogLimits | None = None,
     ) -> None:
+        problem = ray_launch_problem(launch)
+        if problem:
+            raise ConfigError(problem)
         members = [n for n in launch.nodes if n.role in ("head", "worker")]
-        if not members or members[0].role != "head" or sum(n.role == "head" for n in members) != 1:
-            raise ValueError("a Ray cluster launch needs exactly one head entry, listed first")
         self.launch = launch
         self.address = head_address(launch)
         self.python = members[0].argv[0]
@@ -398,6 +407,9 @@ class ClusterServer(LocalLaunched):
         self.ray = RayCluster(launch, log_path, ready_timeout_s=startup_timeout_s, limits=self.limits)
         self.server: ServerProcess | None = None
 
+    #: a one-node launch is a Ray head and the server too (the one-Spark case of the same path)
+    ray_nodes_only = True
+
     @classmethod
     def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
         host = options.cluster.client_host if options.cluster else "127.0.0.1"
@@ -417,7 +429,12 @@ class ClusterServer(LocalLaunched):
             return
         if cluster_file is not None:
             checks.require_local_nodes(cluster)
-        checks.require_ray(cluster)
+        checks.require_ray(cluster, one_node_too=True)
+
+    @classmethod
+    def read_nccl(cls, launch: LaunchSpec, cluster: Cluster | None) -> list[NcclReading]:
+        """Every node runs on this host: the reader runs with each node's Python and environment."""
+        return [nccl.read_local(node) for node in nccl.rank_nodes(launch)]
 
     def start(self) -> None:
         self._t0 = time.monotonic()
@@ -442,6 +459,7 @@ class ClusterServer(LocalLaunched):
             why_dead,
             self.log_text,
             what="startup timeout, Ray cluster start included",
+            ready=self.launch.ready,
         )
 
     def alive(self) -> bool:

@@ -195,6 +195,8 @@ def to_yaml(recipe: Recipe) -> str:
         data.pop("verdict", None)
     elif (data["verdict"].get("confirmation") or {}).get("status") == data["verdict"]["status"]:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
+    if data["launch"].get("ready") is None:  # launches stored before the generation check existed
+        data["launch"].pop("ready", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

@@ -18,8 +18,8 @@ from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
-from autotune.errors import AutotuneError, EngineStartError
-from autotune.launchers import open_server
+from autotune.errors import AutotuneError, ConfigError, EngineStartError
+from autotune.launchers import launcher_class, open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     Candidate,
@@ -28,14 +28,17 @@ from autotune.models import (
     LaunchSpec,
     Measurement,
     ModelSpec,
+    NcclReading,
     NeedleReport,
     QevalReport,
+    ReadyRequest,
     SearchSpace,
     TrialResult,
     utc_now,
 )
 from autotune.trial.phases import Phase, PhaseClock, Step
-from autotune.engines.signatures import UNCLASSIFIED
+from autotune.engines.signatures import ENGINE_STALLED, UNCLASSIFIED
+from autotune.trial.liveness import EngineStalled, StallGuard, stalled_failure
 from autotune.space.candidates import context_tokens, needle_lengths
 
 
@@ -54,11 +57,22 @@ class TrialContext(BaseModel):
     watchdog: WatchdogLimits = WatchdogLimits()
     launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
     cluster: Cluster | None = None
+    nccl: list[NcclReading] = []  # what each node loads, read before a multi-node study (launchers/nccl.py)
 
     def render(self, candidate: Candidate) -> LaunchSpec:
-        if self.cluster is not None and len(self.cluster.nodes) > 1:
+        """The launch of `candidate`: the cluster form over several nodes, and on one node too when
+        the launcher runs only Ray launches (a one-node Ray cluster: the one-Spark case)."""
+        if self.cluster is not None and (len(self.cluster.nodes) > 1 or launcher_class(self.launcher).ray_nodes_only):
             return self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
         return self.engine.render(candidate, self.model, self.port)
+
+    def check_launchable(self, candidate: Candidate) -> None:
+        """Refuse (ConfigError) a candidate whose launch the launcher cannot run: checked for the
+        baseline before runs.db opens, so no study starts that could only crash."""
+        launch = self.render(candidate)
+        problem = launcher_class(self.launcher).launch_problem(launch)
+        if problem:
+            raise ConfigError(f"the {self.launcher} launcher cannot run this launch: {problem}")
 
 
 Events = Callable[[str], None]
@@ -88,6 +102,22 @@ def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message
         return found
     last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
     return FailureInfo(failure_class=fallback_class, message=message, evidence=last)
+
+
+def log_cause(engine: Engine, log_text: str) -> FailureInfo | None:
+    """The root cause a stalled engine's log names (an NCCL liveness line), if any."""
+    found = engine.classify(log_text)
+    return None if found is None or found.failure_class in (UNCLASSIFIED, ENGINE_STALLED) else found
+
+
+def note_in_log(log_path: Path, failure: FailureInfo) -> None:
+    """autotune's evidence at the end of the trial's log, so the saved log shows (and
+    `autotune probe --classify` names) what stopped the trial."""
+    try:
+        with log_path.open("a") as log:
+            log.write("\n".join(failure.evidence) + "\n")
+    except OSError:
+        pass
 
 
 async def _scrape_counters(engine: Engine, base_url: str) -> dict[str, float]:
@@ -131,6 +161,7 @@ async def measure(
     clock: PhaseClock | None = None,
     dominated: DominatedCheck | None = None,
     reuse: TrialResult | None = None,
+    ready: ReadyRequest | None = None,
 ) -> Measured:
     from autotune.bench import needle, qeval
     from autotune.trial.requests import CountingClient, RequestProgress
@@ -143,7 +174,8 @@ async def measure(
         base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
-        client = CountingClient(http_client, counted.request_done)
+        guarded = StallGuard(http_client, base_url, ready, ctx.engine.health_path, workload.request_timeout_s)
+        client = CountingClient(guarded, counted.request_done)
         sender = throughput.requests_for(client, workload)  # accuracy keeps the model's prompt_style
 
         def open_step(step: Step) -> None:
@@ -208,7 +240,16 @@ def run_trial(
 ) -> TrialResult:
     started = utc_now()
     t0 = time.monotonic()
-    launch = ctx.render(candidate)
+    try:
+        launch = ctx.render(candidate)
+        problem = launcher_class(ctx.launcher).launch_problem(launch)
+        if problem:
+            raise ConfigError(f"the {ctx.launcher} launcher cannot run this launch: {problem}")
+    except ConfigError as exc:  # this candidate cannot be launched here: the trial fails, not the study
+        failure = FailureInfo(failure_class="configuration_error", message=str(exc))
+        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
+                           reason=f"configuration_error: {exc}", failure=failure, started_at=started,
+                           duration_s=time.monotonic() - t0)
     log_path = ctx.logs_dir / ctx.study / f"{log_name or f'trial-{number:03d}'}.log"
     if log_path.exists():
         log_path.unlink()
@@ -217,6 +258,7 @@ def run_trial(
         number=number,
         candidate=candidate,
         launch=launch,
+        nccl=ctx.nccl,
         engine_version=ctx.engine.version(),
         started_at=started,
         log_path=str(log_path),
@@ -239,13 +281,22 @@ def run_trial(
             clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse))
+                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse,
+                                                launch.ready))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
                     duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
                     phase_s=clock.ordered(), **common,
+                )
+            except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
+                log = server.log_text()
+                failure = stalled_failure(exc.evidence, log_cause(ctx.engine, log), "while measuring")
+                note_in_log(log_path, failure)
+                return TrialResult(
+                    status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
+                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), **common,
                 )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
@@ -272,7 +323,10 @@ def run_trial(
         clock.stop()
         fallback = "startup_timeout" if exc.timed_out else "startup_crash"
         failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
-        if exc.timed_out and failure.failure_class != "startup_timeout":
+        if exc.stalled and failure.failure_class in ("startup_timeout", UNCLASSIFIED, "nccl_liveness"):
+            failure = stalled_failure([str(exc), *exc.evidence], log_cause(ctx.engine, exc.log_tail), "at start-up")
+            note_in_log(log_path, failure)
+        elif exc.timed_out and failure.failure_class != "startup_timeout":
             failure = failure.model_copy(update={"message": f"{exc} — log shows: {failure.message}"})
         return TrialResult(
             status="failed",

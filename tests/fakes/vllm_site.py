@@ -7,7 +7,11 @@ chat and completions (words at a fixed pace; two tokens per chunk when a specula
 given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
 lines in vLLM's wording. `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
 With `--load-format dummy` a reply stops after 7 tokens unless the request sets `ignore_eos`
-(random weights sample an end-of-sequence token early).
+(random weights sample an end-of-sequence token early). A request with `"stream": false` gets one
+JSON reply. With FAKE_VLLM_STALL_AFTER=N in its environment, every generation after the first N
+hangs while /health still answers 200 (a stalled engine). With `--distributed-executor-backend ray` it
+joins the Ray cluster at RAY_ADDRESS as a driver first (as vLLM's Ray executor does) and logs the
+nodes it found.
 It is not vLLM: nothing is computed, and the numbers it yields mean nothing.
 """
 
@@ -32,7 +36,15 @@ p.add_argument("--port", type=int); p.add_argument("--host"); p.add_argument("--
 p.add_argument("--kv-cache-dtype", default="auto"); p.add_argument("--attention-backend")
 p.add_argument("--speculative-config"); p.add_argument("--enforce-eager", action="store_true")
 p.add_argument("--load-format", default="auto")
+p.add_argument("--distributed-executor-backend"); p.add_argument("--tensor-parallel-size", type=int, default=1)
 args, _ = p.parse_known_args()
+if args.distributed_executor_backend == "ray":
+    # as vLLM's Ray executor: join the cluster at RAY_ADDRESS as a driver, or fail to start
+    import ray
+    ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    print(f"INFO [ray_utils.py:300] Ray cluster at {{os.environ['RAY_ADDRESS']}}: {{len(alive)}} node(s) alive; "
+          f"tensor_parallel_size={{args.tensor_parallel_size}}", flush=True)
 print(f"INFO [core.py:90] Initializing a V1 LLM engine (v0.26.0) with config: model={{args.model!r}}, "
       f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}", flush=True)
 if args.kv_cache_dtype == "nvfp4":
@@ -45,7 +57,10 @@ print(f"INFO [cuda.py:300] Using {{backend}} attention backend out of potential 
 print("INFO [kv_cache_utils.py:1000] GPU KV cache size: 524,288 tokens", flush=True)
 spec = json.loads(args.speculative_config) if args.speculative_config else None
 per_chunk = 2 if spec else 1
-state = {{"drafts": 0, "accepted": 0}}
+state = {{"drafts": 0, "accepted": 0, "generations": 0}}
+# FAKE_VLLM_STALL_AFTER=N: after N generation requests every later one hangs (no byte sent) while
+# /health keeps answering 200, as an engine whose NCCL collective hangs does
+STALL_AFTER = int(os.environ.get("FAKE_VLLM_STALL_AFTER", "-1"))
 WORDS = "the quiet harbour wakes slowly while gulls circle over the grey water".split()
 
 
@@ -90,6 +105,18 @@ class H(BaseHTTPRequestHandler):
             return
         prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
         n = body["max_tokens"]
+        state["generations"] += 1
+        if 0 <= STALL_AFTER < state["generations"]:
+            print(f"WARNING [shm_broadcast.py:466] No available shared memory broadcast block found in 60 seconds.", flush=True)
+            time.sleep(3600)
+        if body.get("stream") is False:
+            words = answer(prompt) or [WORDS[i % len(WORDS)] for i in range(n)]
+            text = " " + " ".join(words)
+            key = "message" if self.path.endswith("/chat/completions") else "text"
+            choice = {{key: {{"role": "assistant", "content": text}} if key == "message" else text, "finish_reason": "length"}}
+            self.reply(200, json.dumps({{"choices": [choice],
+                                        "usage": {{"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}}}}))
+            return
         if args.load_format == "dummy" and not body.get("ignore_eos"):
             # random weights hit an end-of-sequence token early, unless told to ignore it
             n = min(n, max(body.get("min_tokens") or 0, 7))
