@@ -31,7 +31,7 @@ from autotune.models import (
     HardwareProfile,
     SearchSpace,
 )
-from autotune.planner.roofline import estimate, fits_check
+from autotune.planner.roofline import estimate, fits_check, kv_pool_of
 from autotune.space.candidates import (
     Check,
     Pruner,
@@ -193,6 +193,7 @@ def prepare(
         launcher=launcher_name,
         cluster=cluster,
         watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
+        kv_pool=kv_pool_of(space, profile, node_count) if space.objective.capacity else None,
     )
     return SearchPlan(
         space=space,

@@ -41,6 +41,7 @@ NOT_ISOLATED = frozenset({
     "serving_failed",  # the engine stayed up and a measured request failed: load, not a knob value
     "configuration_error",  # the study's own settings (e.g. its needle test) do not fit: no knob broke
     "host_memory",  # the watchdog stopped it: memory, which depends on every knob
+    "slo_unmet",  # served, but no concurrency met the latency target: speed, not a broken value
 })
 
 MIGRATIONS = Migrations("autotune-learning")

@@ -128,6 +128,7 @@ def recipe_from_trial(
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
         verdict=verdict,
+        capacity=trial.capacity,
         provenance=Provenance(
             study=trial.study,
             trial=trial.number,

@@ -1,0 +1,279 @@
+"""capacity_at_slo: the search over concurrency (doubling, bisection, tolerance, unresolved
+levels, failures as misses), first as pure logic over a fake level-measurer, then against a real
+HTTP stand-in server whose latency grows with the requests it has in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from autotune.bench import capacity
+from autotune.bench.client import OpenAIClient
+from autotune.models import LevelResult, LevelVerdict, RequestResult, SearchStop, Slo, Workload, wilson_interval
+
+SLO = dict(ttft_ms=100.0, itl_ms=50.0, attainment=0.9, min_requests=40)
+
+
+def level(streams: int, verdict: LevelVerdict) -> LevelResult:
+    return LevelResult(streams=streams, good=40 if verdict is LevelVerdict.PASS else 0, slow=0, failed=0, excluded=0,
+                       attainment=1.0, interval=(0.9, 1.0), verdict=verdict, output_tps=10.0 * streams, seconds=1.0)
+
+
+def fake(passes_up_to: int, unresolved: frozenset[int] = frozenset()):
+    """A level-measurer: levels up to `passes_up_to` pass, those above fail, `unresolved` straddle."""
+    asked: list[int] = []
+
+    async def measure(n: int) -> LevelResult:
+        asked.append(n)
+        verdict = (LevelVerdict.UNRESOLVED if n in unresolved
+                   else LevelVerdict.PASS if n <= passes_up_to else LevelVerdict.FAIL)
+        return level(n, verdict)
+
+    return measure, asked
+
+
+def search(passes_up_to: int, fit: int | None = None, unresolved: frozenset[int] = frozenset(), **slo: object):
+    measure, asked = fake(passes_up_to, unresolved)
+    report = asyncio.run(capacity.search(Slo(**{**SLO, **slo}), measure, fit))
+    assert [lv.streams for lv in report.levels] == asked  # every level probed is kept, in order
+    return report, asked
+
+
+def test_doubles_until_a_fail_then_bisects_to_one_stream():
+    report, asked = search(6)
+    assert asked == [4, 8, 6, 7]
+    assert report.capacity == 6 and report.stop is SearchStop.RESOLVED
+
+
+def test_bisection_stops_at_a_tenth_of_the_capacity():
+    report, asked = search(37, max_probes=12)
+    assert asked == [4, 8, 16, 32, 64, 48, 40, 36, 38]  # 38 - 36 = 2 <= 3.6: resolved
+    assert report.capacity == 36 and report.tolerance == pytest.approx(3.6) and report.stop is SearchStop.RESOLVED
+
+
+def test_a_level_that_fails_at_the_start_bisects_down():
+    report, asked = search(2)
+    assert asked == [4, 2, 3] and report.capacity == 2
+
+
+def test_one_stream_failing_is_no_capacity():
+    report, asked = search(0, initial_streams=1)
+    assert asked == [1] and report.capacity == 0 and report.stop is SearchStop.NONE_PASSED
+    assert "no level met the SLO" in report.describe()
+
+
+def test_an_unresolved_level_is_never_a_bound():
+    # 8 straddles the target: the doubling goes on past it, and bisection steps around it
+    report, asked = search(9, unresolved=frozenset({8}))
+    assert asked == [4, 8, 16, 10, 7, 9]  # 8.5 is nearest 8, tried: 9
+    assert report.capacity == 9 and report.stop is SearchStop.RESOLVED
+
+
+def test_unresolved_levels_can_leave_nothing_to_probe():
+    report, asked = search(4, unresolved=frozenset({5}), initial_streams=4, max_streams=8)
+    assert asked == [4, 8, 6, 5]
+    assert report.capacity == 4 and report.stop is SearchStop.NO_LEVEL_LEFT
+
+
+def test_max_streams_caps_the_doubling():
+    report, asked = search(1000, max_streams=20)
+    assert asked == [4, 8, 16, 20] and report.capacity == 20 and report.stop is SearchStop.MAX_STREAMS
+
+
+def test_a_level_that_cannot_fit_in_memory_is_not_probed():
+    report, asked = search(1000, fit=10)
+    assert asked == [4, 8, 10] and report.capacity == 10 and report.stop is SearchStop.MAX_STREAMS
+    assert report.fit_streams == 10
+
+
+def test_max_probes_ends_the_search_with_the_best_pass_so_far():
+    report, asked = search(37, max_probes=5)
+    assert asked == [4, 8, 16, 32, 64] and report.capacity == 32 and report.stop is SearchStop.MAX_PROBES
+
+
+def test_capacities_closer_than_the_tolerance_are_tied():
+    assert capacity.tied(36, 39) and not capacity.tied(36, 40)  # 0.1 x 40 = 4: 4 is not less than 4
+    assert not capacity.tied(4, 5) and capacity.tied(5, 5)  # below 10 streams the step is one stream
+
+
+# ---------------------------------------------------------------- one level from its requests
+
+
+def request(ttft_ms: float, itl_ms: float = 10.0, n_out: int = 5, ok: bool = True) -> RequestResult:
+    if not ok:
+        return RequestResult(ok=False, error="HTTP 500", t_send=0.0)
+    first = ttft_ms / 1000
+    return RequestResult(ok=True, t_send=0.0, t_first=first, t_last=first + itl_ms * (n_out - 1) / 1000, n_out=n_out)
+
+
+def test_a_level_straddling_the_target_is_unresolved_by_its_wilson_interval():
+    slo, work = Slo(**SLO), Workload()
+    results = [request(50.0)] * 39 + [request(500.0)]
+    lv = capacity.level_of(4, results, 3, slo, work, 2.0)
+    assert (lv.good, lv.slow, lv.failed, lv.excluded) == (39, 1, 0, 3)
+    assert lv.attainment == 0.975 and lv.interval == tuple(round(x, 4) for x in wilson_interval(39, 40))
+    assert lv.interval[0] < 0.9 < lv.interval[1] and lv.verdict is LevelVerdict.UNRESOLVED
+    assert capacity.level_of(4, [request(50.0)] * 40, 0, slo, work, 2.0).verdict is LevelVerdict.PASS
+    assert capacity.level_of(4, [request(500.0)] * 40, 0, slo, work, 2.0).verdict is LevelVerdict.FAIL
+
+
+def test_a_failed_request_is_a_miss_and_each_limit_counts():
+    slo = Slo(**SLO, e2e_ms=200.0)
+    work = Workload()
+    assert capacity.good(request(50.0), slo, work)
+    assert not capacity.good(request(150.0), slo, work)  # TTFT
+    assert not capacity.good(request(50.0, itl_ms=60.0), slo, work)  # ITL
+    assert not capacity.good(request(50.0, itl_ms=45.0), slo, work)  # E2E: 50 + 4 x 45 = 230 ms
+    lv = capacity.level_of(2, [request(50.0, ok=False)] * 40, 0, slo, work, 1.0)
+    assert lv.failed == 40 and lv.good == 0 and lv.verdict is LevelVerdict.FAIL
+    fixed = Workload(fixed_length=True, decode_max_tokens=8)  # a short fixed-length reply is a failure too
+    assert capacity.failed(request(50.0, n_out=5), fixed)
+
+
+def test_min_requests_that_can_never_pass_is_refused():
+    with pytest.raises(ValueError, match="min_requests 20 can never pass attainment 0.95.*73 requests at least"):
+        Slo(ttft_ms=1, itl_ms=1, min_requests=20)
+    with pytest.raises(ValueError, match="initial_streams 8 is above max_streams 4"):
+        Slo(ttft_ms=1, itl_ms=1, initial_streams=8, max_streams=4)
+
+
+# ---------------------------------------------------------------- a real HTTP stand-in under load
+
+
+class LoadServer:
+    """A streaming OpenAI-style server whose TTFT grows by `per_stream_ms` with each other request
+    in flight at arrival, and which answers HTTP 500 to a request arriving with more than
+    `fail_above` in flight. Every reply streams `tokens` tokens 2 ms apart."""
+
+    def __init__(self, base_ms: float = 5.0, per_stream_ms: float = 0.0, fail_above: int | None = None) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # each streamed chunk leaves at once, as from a real server
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/extras/tokenize":
+                    data = json.dumps({"tokens": body["input"].split()}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                with outer.lock:
+                    outer.in_flight += 1
+                    here = outer.in_flight
+                    outer.peak = max(outer.peak, here)
+                try:
+                    if fail_above is not None and here > fail_above:
+                        time.sleep((base_ms + 10) / 1000)  # as long as a reply: the stream stays in flight
+                        data = b'{"error": "overloaded"}'
+                        self.send_response(500)
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    time.sleep((base_ms + per_stream_ms * (here - 1)) / 1000)
+                    n = body["max_tokens"]
+                    for i in range(n):
+                        self.send({"choices": [{"delta": {"content": f" w{i}"}}]})
+                        time.sleep(0.002)
+                    self.send({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}})
+                    self.send("[DONE]")
+                    self.wfile.write(b"0\r\n\r\n")
+                finally:
+                    with outer.lock:
+                        outer.in_flight -= 1
+
+            def send(self, obj: object) -> None:
+                data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def probe(url: str, slo: Slo, work: Workload, fit_pool: int | None = None):
+    async def go():
+        async with OpenAIClient(url, "m", tokenize_path="/extras/tokenize", timeout_s=30) as client:
+            fit = await capacity.fit_streams(client, work, fit_pool)
+            return await capacity.search(slo, lambda n: capacity.measure_level(client, work, slo, n), fit)
+
+    return asyncio.run(go())
+
+
+WORK = Workload(decode_max_tokens=4, prompt_sets=["prose"], prompts_per_set=3)
+
+
+def test_latency_that_grows_with_load_is_found_by_doubling_and_bisection():
+    # TTFT = 5 + 60 x (others in flight) ms: 5 streams wait 245 ms, 6 streams 305 ms; the limit is 275
+    slo = Slo(ttft_ms=275.0, itl_ms=50.0, attainment=0.9, min_requests=40, initial_streams=4)
+    server = LoadServer(per_stream_ms=60.0)
+    with server as url:
+        report = probe(url, slo, WORK)
+    streams = [lv.streams for lv in report.levels]
+    assert streams == [4, 8, 6, 5], report
+    verdicts = {lv.streams: lv.verdict for lv in report.levels}
+    assert verdicts == {4: LevelVerdict.PASS, 8: LevelVerdict.FAIL, 6: LevelVerdict.FAIL, 5: LevelVerdict.PASS}
+    assert report.capacity == 5 and report.stop is SearchStop.RESOLVED
+    head = report.at_capacity
+    assert head is not None and head.determined >= 40 and head.output_tps > 0
+    assert head.p99_ttft_ms is not None and head.p99_ttft_ms <= 275.0
+    eight = report.levels[1]
+    assert eight.p99_ttft_ms is not None and eight.p99_ttft_ms > 275.0 and eight.slow > 0
+    assert server.peak == 8  # N streams were kept in flight, never more
+    assert all(lv.excluded <= lv.streams - 1 for lv in report.levels)  # the requests cut at a level's end
+
+
+def test_failed_requests_are_misses_that_fail_a_level():
+    # requests arriving beyond 3 in flight get HTTP 500 after 40 ms, as long as a reply takes:
+    # the streams stay in flight, and a stream's next request arrives while the others are busy
+    slo = Slo(ttft_ms=1000.0, itl_ms=100.0, attainment=0.9, min_requests=40, initial_streams=2)
+    with LoadServer(base_ms=30.0, fail_above=3) as url:
+        report = probe(url, slo, WORK)
+    by = {lv.streams: lv for lv in report.levels}
+    assert [lv.streams for lv in report.levels] == [2, 4, 3]
+    assert by[4].verdict is LevelVerdict.FAIL and by[4].failed > 0 and by[4].slow == 0
+    assert by[2].failed == 0 and report.capacity == 3
+
+
+def test_the_memory_fit_bounds_the_levels_probed():
+    # every level meets the SLO; a KV pool of 130 tokens holds 4 requests of (longest prompt + 4 tokens)
+    slo = Slo(ttft_ms=1000.0, itl_ms=100.0, attainment=0.9, min_requests=40, initial_streams=2, max_streams=64)
+
+    async def longest() -> int:
+        async with OpenAIClient(url, "m", tokenize_path="/extras/tokenize") as client:
+            return max([await client.count_tokens(p) for p in capacity.workload_prompts(WORK)])
+
+    server = LoadServer()
+    with server as url:
+        pool = 4 * (asyncio.run(longest()) + WORK.decode_max_tokens) + 3
+        report = probe(url, slo, WORK, fit_pool=pool)
+    assert report.fit_streams == 4 and [lv.streams for lv in report.levels] == [2, 4]
+    assert report.capacity == 4 and report.stop is SearchStop.MAX_STREAMS and server.peak == 4
