@@ -296,6 +296,16 @@ class Slo(Strict):
         return f"{', '.join(limits)} for {self.attainment:.0%} of requests"
 
 
+class SpaceObjective(str, Enum):
+    """What a written space maximises (`space new --objective`)."""
+
+    DECODE = "decode"  # single-stream decode tok/s (the geometric mean of the prompt sets)
+    CAPACITY = "capacity"  # capacity_at_slo: the most concurrent streams within --ttft-ms / --itl-ms
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Objective(Strict):
     metric: str = Field(
         "decode_tps_geomean",

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -277,3 +278,112 @@ def test_the_memory_fit_bounds_the_levels_probed():
         report = probe(url, slo, WORK, fit_pool=pool)
     assert report.fit_streams == 4 and [lv.streams for lv in report.levels] == [2, 4]
     assert report.capacity == 4 and report.stop is SearchStop.MAX_STREAMS and server.peak == 4
+
+
+# ---------------------------------------------------------------- ties, show, the report, the recipe
+
+CAPACITY_SPACE = str(Path(__file__).resolve().parent.parent / "benchmarks" / "spaces" / "llamacpp-gemma3-270m-capacity.yaml")
+
+
+def searched(number: int, cap: int, tps: float, slo: Slo | None = None, **extra: object):
+    """A trial whose search found `cap` streams at `tps` tok/s (levels 1, 2 and `cap` passed, the one above failed)."""
+    from autotune.models import Candidate, CapacityReport, GateOutcome, TrialResult
+
+    slo = slo or Slo(**SLO)
+    passed = [LevelResult(streams=n, good=40, slow=0, failed=0, excluded=n - 1, attainment=1.0, interval=(0.912, 1.0),
+                          verdict=LevelVerdict.PASS, output_tps=tps * n / cap, p99_ttft_ms=50.0 * n, p99_itl_ms=20.0,
+                          seconds=10.0) for n in sorted({1, 2, cap} - {0}) if n <= cap]
+    failed = LevelResult(streams=cap + 1, good=10, slow=30, failed=0, excluded=cap, attainment=0.25,
+                         interval=(0.142, 0.403), verdict=LevelVerdict.FAIL, output_tps=tps, p99_ttft_ms=900.0,
+                         p99_itl_ms=25.0, seconds=10.0)
+    report = CapacityReport(slo=slo, levels=[*passed, failed], capacity=cap, tolerance=capacity.tolerance(cap),
+                            stop=SearchStop.RESOLVED)
+    return TrialResult(study="cap", number=number, candidate=Candidate(engine="llamacpp", params={"n_threads": number}),
+                       status="ok", objective=float(cap), score=float(cap), capacity=report,
+                       measurements=capacity.measurements(report),
+                       gates=[GateOutcome(gate="qeval", status="pass", detail="ok")], **extra)
+
+
+def test_tied_capacities_rank_by_output_at_them():
+    from autotune.gates.score import rank
+
+    trials = [searched(0, 36, 100.0), searched(1, 38, 90.0), searched(2, 30, 500.0), searched(3, 40, 80.0)]
+    # 40 ties 38 and 37 (|diff| < 4), not 36; among 40 and 38, 38 has the higher output; then 40, then 36, 30
+    assert [t.number for t in rank(trials)] == [1, 3, 0, 2]
+    low = [searched(0, 4, 100.0), searched(1, 5, 10.0)]
+    assert [t.number for t in rank(low)] == [1, 0]  # below 10 streams one stream is beyond the tolerance
+
+
+def test_a_tied_capacity_is_not_dominated():
+    from autotune.gates.dominated import dominated_check
+
+    check = dominated_check(searched(0, 38, 90.0), noise=None)
+    assert check is not None
+    assert check(36.0, 36.0) is None  # tied: it may rank first by output tok/s, so its gates run
+    assert check(30.0, 30.0) is not None  # beyond the tolerance below: dominated
+
+
+def capacity_db(tmp_path):
+    from autotune.space.candidates import load_space
+    from autotune.store import Store
+
+    space = load_space(CAPACITY_SPACE)
+    store = Store(tmp_path / "runs.db")
+    store.save_study("cap", space, "cpu", 1, "host", accuracy=False)
+    slo = space.objective.slo
+    for trial in (searched(0, 4, 20.0, slo, duration_s=100.0), searched(1, 8, 30.0, slo, duration_s=100.0)):
+        store.save_trial(trial)
+    return store, space
+
+
+def test_show_and_the_report_carry_the_levels_and_the_slo(tmp_path, capsys, monkeypatch):
+    from autotune.cli import main
+    from autotune.output.html import build_html
+
+    store, space = capacity_db(tmp_path)
+    monkeypatch.setenv("COLUMNS", "220")
+    assert main(["show", "--db", str(store.path), "--study", "cap"]) == 0
+    out = capsys.readouterr().out
+    assert "capacity at the SLO: TTFT <= 4000 ms, ITL <= 100 ms for 90% of requests, >= 40 requests per level" in out
+    assert "8 streams at 30.0 tok/s, attainment 100.0% [91.2%, 100.0%]" in out  # the best's line
+    assert "9: fail 25% [14%, 40%]" in out  # every level probed, with its verdict and interval
+    assert "streams: the objective, concurrent streams at the SLO" in out
+    page = build_html(store, "cap")
+    assert 'id="plot-capacity"' in page and "Attainment against concurrency" in page
+    assert "SLO: TTFT \\u003c= 4000 ms, ITL \\u003c= 100 ms" in page  # plotly escapes < in its JSON
+
+
+def test_the_recipe_carries_the_capacity_with_its_slo(tmp_path):
+    from autotune.commands.export import export_recipe
+    from autotune.models import LaunchSpec, NodeLaunch
+    from autotune.output.recipe import from_yaml
+
+    store, _ = capacity_db(tmp_path)
+    launch = LaunchSpec(engine="llamacpp", nodes=[NodeLaunch(argv=["python", "-m", "llama_cpp.server"])], port=8470)
+    for number in (0, 1):
+        store.save_trial(store.trial("cap", number).model_copy(update={"launch": launch}))
+    made = export_recipe(store, "cap", None, None)
+    recipe = from_yaml(made.text)
+    assert recipe.capacity is not None and recipe.capacity.capacity == 8
+    assert recipe.capacity.slo.ttft_ms == 4000.0 and len(recipe.capacity.levels) == 4
+    numbers = {n.name: n for n in recipe.numbers}
+    assert numbers["capacity_at_slo"].value == 8 and "TTFT <= 4000 ms" in numbers["capacity_at_slo"].condition
+    assert numbers["output_tps.slo"].value == 30.0
+
+
+def test_the_planner_bounds_the_streams_by_the_kv_pool():
+    """The prior: on vLLM the planner's KV pool (gpu_memory_utilization's budget less weights and
+    overhead) over one request's tokens caps the levels; fp8 KV holds twice the tokens of bf16.
+    llama.cpp sets no memory budget, so its searches have no such bound."""
+    from autotune.hardware.profiles import get_profile
+    from autotune.models import Candidate
+    from autotune.planner.roofline import kv_pool_of
+    from autotune.space.candidates import baseline, load_space
+
+    space = load_space("vllm-gemma3-270m")
+    pool = kv_pool_of(space, get_profile("h200"), 1)
+    bf16 = pool(baseline(space))
+    fp8 = pool(Candidate(engine="vllm", params={**baseline(space).params, "kv_cache_dtype": "fp8"}))
+    assert bf16 is not None and fp8 is not None and fp8 == pytest.approx(2 * bf16, rel=0.01)
+    cpu = load_space("llamacpp-gemma3-270m")
+    assert kv_pool_of(cpu, get_profile("cpu"), 1)(baseline(cpu)) is None

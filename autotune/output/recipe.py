@@ -196,6 +196,8 @@ def to_yaml(recipe: Recipe) -> str:
         data.pop("verdict", None)
     elif (data["verdict"].get("confirmation") or {}).get("status") == data["verdict"]["status"]:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
+    if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
+        data.pop("capacity", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

@@ -342,21 +342,24 @@ def capacity_table(outcome: StudyOutcome) -> Table | None:
     if not searched or slo is None:
         return None
     table = Table(title=f"capacity at the SLO: {slo.describe()}, >= {slo.min_requests} requests per level",
-                  caption="level: streams in flight, verdict, attainment [Wilson 95% interval], output tok/s, "
-                  "P99 TTFT / ITL ms; in the order probed")
-    for column in ("#", "capacity", "tok/s at it", "P99 TTFT", "P99 ITL", "stop", "levels"):
-        table.add_column(column, no_wrap=column != "levels", justify="right" if column not in ("levels", "stop") else "left",
-                         overflow="fold")
+                  caption="streams: the capacity; tok/s: output at it; P99 TTFT/ITL: the median over levels of "
+                  "each level's P99 (ms); level: streams in flight, verdict, attainment [Wilson 95% interval], "
+                  "output tok/s, P99 TTFT/ITL ms, in the order probed")
+    for column in ("#", "streams", "tok/s", "P99 TTFT/ITL"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("stop", overflow="fold", min_width=8)
+    table.add_column("levels", overflow="fold", min_width=30)  # one level a line
     for t in searched:
         report = t.capacity
         assert report is not None
         head = report.at_capacity
-        levels = "; ".join(
+        levels = "\n".join(
             f"{lv.streams}: {lv.verdict.value} {lv.attainment:.0%} [{lv.interval[0]:.0%}, {lv.interval[1]:.0%}] "
             f"{lv.output_tps:.0f} tok/s {_fmt(lv.p99_ttft_ms, 0)}/{_fmt(lv.p99_itl_ms, 0)}" for lv in report.levels)
         fit = f" (memory fits {report.fit_streams})" if report.fit_streams is not None else ""
         table.add_row(str(t.number), str(report.capacity), _fmt(head.output_tps if head else None),
-                      _fmt(report.median_p99_ttft_ms, 0), _fmt(report.median_p99_itl_ms, 1), report.stop.value + fit, levels)
+                      f"{_fmt(report.median_p99_ttft_ms, 0)}/{_fmt(report.median_p99_itl_ms, 1)}", report.stop.value + fit,
+                      levels)
     return table
 
 
