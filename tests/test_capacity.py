@@ -387,3 +387,15 @@ def test_the_planner_bounds_the_streams_by_the_kv_pool():
     assert bf16 is not None and fp8 is not None and fp8 == pytest.approx(2 * bf16, rel=0.01)
     cpu = load_space("llamacpp-gemma3-270m")
     assert kv_pool_of(cpu, get_profile("cpu"), 1)(baseline(cpu)) is None
+
+
+def test_the_slo_is_part_of_the_experiment():
+    """A study resumed with another SLO is another experiment (exit 2); spaces without one keep
+    the fingerprint their studies were made with (tests/test_tradeoffs.py)."""
+    from autotune.space.candidates import load_space
+    from autotune.space.fingerprint import fingerprint
+
+    space = load_space(CAPACITY_SPACE)
+    assert space.objective.slo is not None
+    looser = space.objective.model_copy(update={"slo": space.objective.slo.model_copy(update={"ttft_ms": 8000.0})})
+    assert fingerprint(space) != fingerprint(space.model_copy(update={"objective": looser}))
