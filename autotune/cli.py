@@ -18,6 +18,7 @@ from rich.console import Console
 from autotune import __version__
 from autotune.output import terminal
 from autotune.errors import AutotuneError, ConfigError
+from autotune.models import SpaceObjective
 
 app = typer.Typer(
     add_completion=False,
@@ -369,15 +370,20 @@ def space_new(
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")] = 1,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here (never over a file)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="space name (default: <model dir>-<hardware><nodes>)")] = None,
+    objective: Annotated[SpaceObjective, typer.Option("--objective", help="what the space maximises: decode (one stream's tok/s) or capacity (concurrent streams within --ttft-ms and --itl-ms)")] = SpaceObjective.DECODE,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="capacity: time to first token, at most (ms)")] = None,
+    itl_ms: Annotated[Optional[float], typer.Option("--itl-ms", help="capacity: inter-token latency, at most (ms)")] = None,
+    e2e_ms: Annotated[Optional[float], typer.Option("--e2e-ms", help="capacity: request to last token, at most (ms)")] = None,
+    attainment: Annotated[Optional[float], typer.Option("--attainment", help="capacity: share of requests that must meet the limits (default 0.95)")] = None,
 ) -> None:
     """Write a search space for your own model from its config.json.
 
     It holds the architecture facts, the knobs that apply to it, the checkpoint's quantization, the
     memory fit on the hardware and (Spark) seed-recipe fixed settings, and is validated as `search`
     loads a space. Downloads nothing: the config must be on disk."""
-    from autotune.commands.space_new import new_space, write_space
+    from autotune.commands.space_new import new_space, objective_of, write_space
 
-    made = new_space(model, hardware, nodes, name)
+    made = new_space(model, hardware, nodes, name, objective_of(objective, ttft_ms, itl_ms, e2e_ms, attainment))
     write_space(made, output)
     if output is None:
         console.print(made.text, markup=False, highlight=False, end="")

@@ -246,25 +246,100 @@ def measured_families(workload: Workload) -> set[str]:
 
 #: single-stream decode objectives; `output_tps_c<N>` is the aggregate output of N concurrent streams
 DECODE_OBJECTIVES = ("decode_tps_geomean", "decode_tps_prose", "decode_tps_structured")
+#: the most concurrent streams under a latency target (objective.slo; autotune/bench/capacity.py)
+CAPACITY_OBJECTIVE = "capacity_at_slo"
+
+
+def wilson_interval(good: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a share of good requests (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(good, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+class Slo(Strict):
+    """The latency target of `capacity_at_slo`: a request is good when it meets every limit set."""
+
+    ttft_ms: float = Field(gt=0, description="time to first token, at most (ms)")
+    itl_ms: float = Field(
+        gt=0, description="inter-token latency, the decode gap per token: (t_last - t_first) / (n_out - 1), at most (ms)"
+    )
+    e2e_ms: float | None = Field(None, gt=0, description="request sent to last token, at most (ms); None: no limit")
+    attainment: float = Field(0.95, gt=0, lt=1, description="share of good requests a level must reach")
+    min_requests: int = Field(
+        80, ge=1, description="determined requests (good or missed) per level; requests cut at its end are excluded"
+    )
+    initial_streams: int = Field(4, ge=1, description="the first level probed (1 for a box that serves one stream at a time)")
+    max_streams: int = Field(256, ge=1, description="the highest level probed")
+    max_probes: int = Field(8, ge=1, description="levels probed per search, at most")
+
+    @model_validator(mode="after")
+    def _can_pass(self) -> Slo:
+        if self.initial_streams > self.max_streams:
+            raise ValueError(f"initial_streams {self.initial_streams} is above max_streams {self.max_streams}")
+        low, _ = wilson_interval(self.min_requests, self.min_requests)
+        if low < self.attainment:
+            # all good, the lower bound is n / (n + z^2): start just below where that reaches the target
+            start = max(self.min_requests, int(self.attainment * 1.96**2 / (1 - self.attainment)) - 2)
+            need = next(n for n in range(start, start + 1000) if wilson_interval(n, n)[0] >= self.attainment)
+            raise ValueError(
+                f"min_requests {self.min_requests} can never pass attainment {self.attainment}: even all good, the "
+                f"Wilson 95% interval starts at {low:.3f}; {need} requests at least"
+            )
+        return self
+
+    def describe(self) -> str:
+        limits = [f"TTFT <= {self.ttft_ms:g} ms", f"ITL <= {self.itl_ms:g} ms"]
+        if self.e2e_ms is not None:
+            limits.append(f"E2E <= {self.e2e_ms:g} ms")
+        return f"{', '.join(limits)} for {self.attainment:.0%} of requests"
+
+
+class SpaceObjective(str, Enum):
+    """What a written space maximises (`space new --objective`)."""
+
+    DECODE = "decode"  # single-stream decode tok/s (the geometric mean of the prompt sets)
+    CAPACITY = "capacity"  # capacity_at_slo: the most concurrent streams within --ttft-ms / --itl-ms
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Objective(Strict):
     metric: str = Field(
         "decode_tps_geomean",
-        description="decode_tps_geomean | decode_tps_prose | decode_tps_structured (one stream), or output_tps_cN: "
-        "aggregate output tok/s with N requests in flight (N must be in workload.concurrency)",
+        description="decode_tps_geomean | decode_tps_prose | decode_tps_structured (one stream), output_tps_cN: "
+        "aggregate output tok/s with N requests in flight (N must be in workload.concurrency), or capacity_at_slo: "
+        "the most concurrent streams whose requests meet objective.slo",
     )
     mad_penalty: float = Field(1.0, description="rank by median - penalty * 1.4826 * MAD")
     confirm_alpha: Literal[0.05, 0.01] = Field(
         0.01, description="one-sided significance level of the confirmation's test against launch noise"
     )
+    slo: Slo | None = Field(None, description="capacity_at_slo: the latency target and the search over concurrency")
 
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, metric: str) -> str:
-        if metric not in DECODE_OBJECTIVES and not re.fullmatch(r"output_tps_c([2-9]|[1-9]\d+)", metric):
-            raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, or output_tps_cN (N >= 2)")
+        if (metric not in DECODE_OBJECTIVES and metric != CAPACITY_OBJECTIVE
+                and not re.fullmatch(r"output_tps_c([2-9]|[1-9]\d+)", metric)):
+            raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, output_tps_cN (N >= 2) "
+                             f"or {CAPACITY_OBJECTIVE}")
         return metric
+
+    @model_validator(mode="after")
+    def _slo_with_capacity(self) -> Objective:
+        if self.metric == CAPACITY_OBJECTIVE and self.slo is None:
+            raise ValueError(f"objective.metric {CAPACITY_OBJECTIVE} needs objective.slo (ttft_ms and itl_ms at least)")
+        if self.slo is not None and self.metric != CAPACITY_OBJECTIVE:
+            raise ValueError(f"objective.slo is used by metric {CAPACITY_OBJECTIVE} only, not {self.metric}")
+        return self
+
+    @property
+    def capacity(self) -> bool:
+        """Whether the objective is capacity_at_slo (concurrent streams, not tok/s)."""
+        return self.metric == CAPACITY_OBJECTIVE
 
     @property
     def concurrency(self) -> int | None:
@@ -272,13 +347,22 @@ class Objective(Strict):
         return int(self.metric.removeprefix("output_tps_c")) if self.metric.startswith("output_tps_c") else None
 
     @property
+    def unit(self) -> str:
+        """The objective's unit: streams for capacity_at_slo, tok/s otherwise."""
+        return "streams" if self.capacity else "tok/s"
+
+    @property
     def short(self) -> str:
-        """What the objective's tok/s are, in a few words: "decode" or "output at 8 streams"."""
+        """What the objective's numbers are, in a few words: "decode", "output at 8 streams"."""
+        if self.capacity:
+            return "within the SLO"
         return f"output at {self.concurrency} streams" if self.concurrency else "decode"
 
     @property
     def label(self) -> str:
         """The objective as a caption says it."""
+        if self.slo is not None:
+            return f"concurrent streams at the SLO ({self.slo.describe()})"
         if self.concurrency:
             return f"output tok/s of {self.concurrency} concurrent requests (one wave)"
         which = {"decode_tps_geomean": "geometric mean of prose and structured", "decode_tps_prose": "prose",
@@ -712,6 +796,85 @@ class Measurement(Record):
         )
 
 
+class LevelVerdict(str, Enum):
+    """What one concurrency level of a capacity search showed against the SLO."""
+
+    PASS = "pass"  # the Wilson interval of its attainment lies at or above the target
+    FAIL = "fail"  # the interval lies below it
+    UNRESOLVED = "unresolved"  # the interval straddles it: never a bound of the search
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SearchStop(str, Enum):
+    """Why a capacity search stopped."""
+
+    RESOLVED = "resolved"  # lowest fail - best pass <= the tolerance
+    MAX_STREAMS = "max_streams"  # the cap (objective.slo.max_streams or the memory fit) passed
+    MAX_PROBES = "max_probes"  # objective.slo.max_probes levels probed
+    NO_LEVEL_LEFT = "no_level_left"  # every level between the bounds probed, some unresolved
+    NONE_PASSED = "none_passed"  # one stream failed the SLO
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LevelResult(Record):
+    """One concurrency level: `streams` requests kept in flight until `min_requests` were determined."""
+
+    streams: int
+    good: int = Field(description="requests that met every limit of the SLO")
+    slow: int = Field(description="requests that completed but missed a limit")
+    failed: int = Field(description="requests that failed (an error, a short fixed-length reply): misses")
+    excluded: int = Field(description="requests still in flight when the level ended: not counted")
+    attainment: float = Field(description="good / (good + slow + failed)")
+    interval: tuple[float, float] = Field(description="Wilson 95% interval of the attainment")
+    verdict: LevelVerdict
+    output_tps: float = Field(description="output tokens of the determined requests / the level's seconds")
+    p99_ttft_ms: float | None = None
+    p99_itl_ms: float | None = None
+    seconds: float
+
+    @property
+    def determined(self) -> int:
+        return self.good + self.slow + self.failed
+
+
+class CapacityReport(Record):
+    """A capacity search at one SLO: every level probed, in the order probed, and what it found."""
+
+    slo: Slo
+    levels: list[LevelResult]
+    capacity: int = Field(description="the best passing concurrency; 0 when none passed")
+    tolerance: float = Field(description="max(1, 0.1 x capacity): capacities closer than this are tied")
+    stop: SearchStop
+    fit_streams: int | None = Field(None, description="the planner's memory-fit bound on streams (KV pool / tokens per request)")
+
+    @property
+    def at_capacity(self) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.streams == self.capacity and lv.verdict is LevelVerdict.PASS), None)
+
+    @property
+    def median_p99_ttft_ms(self) -> float | None:
+        values = [lv.p99_ttft_ms for lv in self.levels if lv.p99_ttft_ms is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def median_p99_itl_ms(self) -> float | None:
+        values = [lv.p99_itl_ms for lv in self.levels if lv.p99_itl_ms is not None]
+        return statistics.median(values) if values else None
+
+    def describe(self) -> str:
+        """One line: capacity, output at it, attainment and its interval, the SLO."""
+        head = self.at_capacity
+        if head is None:
+            return f"no level met the SLO ({self.slo.describe()}); {len(self.levels)} level(s) probed"
+        lo, hi = head.interval
+        return (f"{self.capacity} streams at {head.output_tps:.1f} tok/s, attainment {head.attainment:.1%} "
+                f"[{lo:.1%}, {hi:.1%}] ({self.slo.describe()}); {len(self.levels)} level(s) probed, {self.stop.value}")
+
+
 class FailureInfo(Record):
     """A classified failure. `implicates` names the knobs whose values caused it: a later
     candidate holding the same values for all of them is skipped without launching."""
@@ -856,6 +1019,9 @@ class TrialResult(Record):
         "cuda_graphs, engine_init); empty when the engine logs none",
     )
     log_path: str | None = None
+    capacity: CapacityReport | None = Field(
+        None, description="objective capacity_at_slo: every concurrency level probed and the capacity found"
+    )
 
     def measurement(self, name: str) -> Measurement | None:
         return next((m for m in self.measurements if m.name == name), None)
@@ -1211,6 +1377,9 @@ class Recipe(Record):
     accuracy: list[str] = Field(default_factory=list)
     baseline: dict[str, float] = Field(default_factory=dict)
     verdict: RecipeVerdict | None = Field(None, description="measured recipes: why (or whether) this is the winner")
+    capacity: CapacityReport | None = Field(
+        None, description="objective capacity_at_slo: the SLO the capacity was measured under and every level probed"
+    )
     provenance: Provenance
 
     @model_validator(mode="after")

@@ -89,6 +89,29 @@ CASES.update(
 )
 
 
+# issue 32: the capacity objective's SLO checked when the space loads
+CASES.update(
+    {
+        "capacity without an slo": (GOOD + "objective: {metric: capacity_at_slo}\n", "needs objective.slo"),
+        "slo attainment of 1": (
+            GOOD + "objective: {metric: capacity_at_slo, slo: {ttft_ms: 2000, itl_ms: 50, attainment: 1}}\n",
+            "attainment",
+        ),
+        "negative latency limit": (
+            GOOD + "objective: {metric: capacity_at_slo, slo: {ttft_ms: -5, itl_ms: 50}}\n", "ttft_ms",
+        ),
+        "too few requests to pass": (
+            GOOD + "objective: {metric: capacity_at_slo, slo: {ttft_ms: 2000, itl_ms: 50, min_requests: 20}}\n",
+            "min_requests 20 can never pass attainment 0.95",
+        ),
+        "slo on another objective": (
+            GOOD + "objective: {metric: decode_tps_prose, slo: {ttft_ms: 2000, itl_ms: 50}}\n",
+            "objective.slo is used by metric capacity_at_slo only",
+        ),
+    }
+)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_space_exits_2_and_leaves_db_untouched(case, tmp_path, db, capsys):
     text, message = CASES[case]

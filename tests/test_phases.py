@@ -25,7 +25,8 @@ def test_steps_name_their_phase_and_say_what_the_status_line_shows():
     assert Step.decode("prose").phase is Phase.DECODE and Step.decode("prose").label == "decode (prose)"
     assert Step.long_decode().phase is Phase.DECODE
     assert Step.of(Phase.PREFILL).label == "cold prefill"  # the label is for people, the phase for the clock
-    assert PHASES == ("start", "warm-up", "decode", "prefill", "concurrency", "needle", "qeval", "teardown")
+    assert Step.of(Phase.CAPACITY).label == "capacity at the SLO"
+    assert PHASES == ("start", "warm-up", "decode", "prefill", "concurrency", "capacity", "needle", "qeval", "teardown")
 
 
 def test_the_clock_adds_seconds_until_the_next_phase():

@@ -221,3 +221,33 @@ def test_space_new_bad_input_is_one_line_and_exit_2(capsys, tmp_path, setup, mes
 def test_space_new_refuses_cpu_hardware(tmp_path):
     with pytest.raises(ConfigError, match="vLLM spaces for GPU hardware"):
         new_space(str(model_dir(tmp_path, "Qwen3-30B-A3B")), "cpu", 1)
+
+
+def test_space_new_offers_the_capacity_objective(capsys, tmp_path):
+    """issue 32: `--objective capacity --ttft-ms 2000 --itl-ms 50` writes a capacity_at_slo space."""
+    model = model_dir(tmp_path, "Qwen3-30B-A3B")
+    out_file = tmp_path / "qwen-capacity.yaml"
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h200", "--objective", "capacity",
+                         "--ttft-ms", "2000", "--itl-ms", "50", "-o", str(out_file))
+    assert code == 0, err
+    space = load_space(str(out_file))
+    assert space.objective.metric == "capacity_at_slo" and space.objective.slo is not None
+    assert (space.objective.slo.ttft_ms, space.objective.slo.itl_ms, space.objective.slo.attainment) == (2000, 50, 0.95)
+    assert "# Objective capacity_at_slo: the most concurrent streams with TTFT <= 2000 ms, ITL <= 50 ms" in out_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--objective", "capacity", "--ttft-ms", "2000"], "--objective capacity needs --itl-ms"),
+        (["--ttft-ms", "2000"], "--ttft-ms set the SLO of --objective capacity, not of --objective decode"),
+        (["--objective", "capacity", "--ttft-ms", "2000", "--itl-ms", "50", "--attainment", "1.5"],
+         "--objective capacity: attainment"),
+    ],
+)
+def test_space_new_refuses_an_incomplete_slo(capsys, tmp_path, args, message):
+    out_file = tmp_path / "never.yaml"
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), *args,
+                         "-o", str(out_file))
+    assert code == 2 and message in err, err
+    assert not out_file.exists()

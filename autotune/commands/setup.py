@@ -33,7 +33,7 @@ from autotune.models import (
     NcclReading,
     SearchSpace,
 )
-from autotune.planner.roofline import estimate, fits_check
+from autotune.planner.roofline import estimate, fits_check, kv_pool_of
 from autotune.space.candidates import (
     Check,
     Pruner,
@@ -225,6 +225,7 @@ def prepare(
         launcher=launcher_name,
         cluster=cluster,
         watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
+        kv_pool=kv_pool_of(space, profile, node_count) if space.objective.capacity else None,
     )
     ctx.check_launchable(baseline(space))  # a launch the launcher cannot run: refused here, not a crash
     if node_count > 1 and not dry_run:

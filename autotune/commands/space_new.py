@@ -36,7 +36,19 @@ from autotune.model import config as model_config
 from autotune.errors import ConfigError
 from autotune.hardware.profiles import get_profile
 from autotune.model.config import config_file, text_fields
-from autotune.models import HardwareProfile, KnobSpec, ModelSpec, Rule, Scalar, SearchSpace, Workload
+from autotune.models import (
+    CAPACITY_OBJECTIVE,
+    HardwareProfile,
+    KnobSpec,
+    ModelSpec,
+    Objective,
+    Rule,
+    Scalar,
+    SearchSpace,
+    Slo,
+    SpaceObjective,
+    Workload,
+)
 from autotune.planner.roofline import estimate
 from autotune.space.candidates import baseline, count_candidates
 from autotune.yaml_files import first_errors
@@ -354,6 +366,27 @@ class _Draft:
         self.knobs = [k for k in self.knobs if k.name != name]
 
 
+def objective_of(
+    kind: SpaceObjective, ttft_ms: float | None, itl_ms: float | None, e2e_ms: float | None, attainment: float | None
+) -> Objective | None:
+    """The space's objective for `space new` (None: the default decode objective). Limits without
+    the capacity objective, or the capacity objective without TTFT and ITL limits, are refused."""
+    limits = {"--ttft-ms": ttft_ms, "--itl-ms": itl_ms, "--e2e-ms": e2e_ms, "--attainment": attainment}
+    given = [flag for flag, value in limits.items() if value is not None]
+    if kind is SpaceObjective.DECODE:
+        if given:
+            raise ConfigError(f"{', '.join(given)} set the SLO of --objective capacity, not of --objective decode")
+        return None
+    missing = [flag for flag in ("--ttft-ms", "--itl-ms") if limits[flag] is None]
+    if missing:
+        raise ConfigError(f"--objective capacity needs {' and '.join(missing)} (the latency target it is measured under)")
+    try:
+        slo = Slo(ttft_ms=ttft_ms, itl_ms=itl_ms, e2e_ms=e2e_ms, **({"attainment": attainment} if attainment else {}))
+    except ValidationError as exc:
+        raise ConfigError(f"--objective capacity: {first_errors(exc)}") from exc
+    return Objective(metric=CAPACITY_OBJECTIVE, slo=slo)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "model"
 
@@ -514,8 +547,11 @@ def _yaml(space: SearchSpace, header: list[str]) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in header) + body
 
 
-def new_space(model: str, hardware: str, nodes: int, name: str | None = None) -> NewSpace:
-    """A validated search space for the model whose config.json is at `model`, on nodes x hardware."""
+def new_space(
+    model: str, hardware: str, nodes: int, name: str | None = None, objective: Objective | None = None
+) -> NewSpace:
+    """A validated search space for the model whose config.json is at `model`, on nodes x hardware;
+    `objective` replaces the default (single-stream decode)."""
     cfg, model_dir = read_config(model)
     profile = get_profile(hardware)
     if profile.gpus_per_node == 0:
@@ -559,6 +595,8 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
         draft.env.update({"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"})  # as the 4-Spark MiniMax setups
     _choose_knobs(draft, arch, ckpt, profile, nodes)
     space, fit_why = _fit(name, spec, profile, nodes, draft)
+    if objective is not None:
+        space = space.model_copy(update={"objective": objective})
     space = _validate(space, profile, nodes)
     style = (
         "prompt_style chat: the tokenizer has a chat template" if has_template
@@ -574,6 +612,8 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
         f"Memory fit on {profile.name}: {fit_why}.",
         "Choices:",
         *(f"- {line}" for line in [*draft.why, style]),
+        *([f"Objective capacity_at_slo: the most concurrent streams with {objective.slo.describe()} (doubling from "
+           f"{objective.slo.initial_streams}, then bisecting; docs/metrics.md)."] if objective and objective.slo else []),
         "Knob defaults are the engine's own (null = flag left out), so trial 0 is the untuned baseline.",
         "Edit freely; `autotune plan --space THIS_FILE` re-checks it.",
         "",

@@ -91,9 +91,11 @@ class LlamaCppEngine(Engine):
         super().use_space(space)
         # llama-cpp-python's server ends a stream when another request waits for the model
         # (interrupt_requests, on by default): a wave of N requests would measure cut-short streams.
-        # Off, they queue for its one model lock and the wave measures what this server delivers.
+        # Off, they queue for its one model lock and the wave measures what this server delivers
+        # (a capacity search keeps several streams in flight too).
         qeval = space.gates.qeval
-        self.queue_requests = any(level > 1 for level in space.workload.concurrency) or bool(qeval and qeval.concurrency > 1)
+        self.queue_requests = (any(level > 1 for level in space.workload.concurrency) or bool(qeval and qeval.concurrency > 1)
+                               or space.objective.capacity)
         return self
 
     def version(self) -> str | None:

@@ -42,6 +42,7 @@ NOT_ISOLATED = frozenset({
     "configuration_error",  # the study's own settings (e.g. its needle test) do not fit: no knob broke
     "host_memory",  # the watchdog stopped it: memory, which depends on every knob
     "engine_stalled",  # health answers, no token comes back: a hang (NCCL, a wedged engine), not a knob value
+    "slo_unmet",  # served, but no concurrency met the latency target: speed, not a broken value
 })
 
 MIGRATIONS = Migrations("autotune-learning")

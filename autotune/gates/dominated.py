@@ -16,6 +16,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.bench.capacity import tied
 from autotune.models import TrialResult
 from autotune.verdict.noise import LaunchNoise, single_launch_limit
 
@@ -56,6 +57,9 @@ def dominated_check(
     def check(objective: float, score: float) -> GatesSkipped | None:
         if objective <= 0 or score > best_score:
             return None
+        if incumbent.capacity is not None and tied(int(objective), int(best)):
+            return None  # a tied capacity ranks by its output tok/s, which this check is not told: gate it
+
         gap = f"{objective:.1f} vs incumbent trial {incumbent.number} {best:.1f}: x{objective / best:.2f}"
         if noise is None:
             where = "launch noise not measured on this host yet"

@@ -6,7 +6,8 @@ more than the margin; TTFT / TPOT SLOs when the space sets them; `max_regression
 by more than the space allows). Each gate is pass, fail or
 unchecked: missing evidence (not measured, no reference) is `unchecked`, and only `pass` on every
 configured gate makes a trial eligible. Ranking: eligible trials by score (objective median minus
-its noise), best first.
+its noise), best first; capacities at an SLO within the bisection tolerance tie, broken by the
+output tok/s at that capacity.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from autotune.bench.capacity import tied
 from autotune.models import AccuracyFailure, GateOutcome, Gates, TrialResult
 from autotune.gates.numerics import GATE as CLASS_GATE
 from autotune.gates.numerics import class_gate
@@ -126,9 +128,30 @@ def accuracy_status(trial: TrialResult) -> str:
     return "pass"
 
 
+def output_at_capacity(trial: TrialResult) -> float:
+    """capacity_at_slo: the output tok/s of the level at the capacity (0 when there is none)."""
+    head = trial.capacity.at_capacity if trial.capacity else None
+    return head.output_tps if head else 0.0
+
+
+def by_score(trials: list[TrialResult]) -> list[TrialResult]:
+    """Best first by score. capacity_at_slo trials whose capacities are closer than the bisection
+    tolerance are tied, and rank next by the output tok/s at their capacity: the head is the
+    fastest of those tied with the highest capacity left, and so on down."""
+    left = sorted(trials, key=lambda t: (-(t.score or 0.0), t.number))
+    if not any(t.capacity for t in left):
+        return left
+    out: list[TrialResult] = []
+    while left:
+        top = int(left[0].score or 0)
+        head = min((t for t in left if tied(top, int(t.score or 0))), key=lambda t: (-output_at_capacity(t), t.number))
+        out.append(head)
+        left.remove(head)
+    return out
+
+
 def rank(trials: list[TrialResult]) -> list[TrialResult]:
-    feasible = [t for t in trials if t.feasible and t.score is not None]
-    return sorted(feasible, key=lambda t: (-(t.score or 0.0), t.number))
+    return by_score([t for t in trials if t.feasible and t.score is not None])
 
 
 def verdict(trial: TrialResult) -> str:

@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from autotune.errors import ConfigError
-from autotune.models import Objective, ProbeResult, SearchSpace, TrialResult
+from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult
 from autotune.verdict.noise import single_launch_verdict
 from autotune.output.terminal import diff_label
 from autotune.gates.score import verdict
@@ -87,8 +87,8 @@ def pareto_figure(ran: list[TrialResult], best: TrialResult | None, objective: O
         rows=1,
         cols=2,
         subplot_titles=(
-            f"{short} tok/s vs accuracy (higher, higher)" if with_acc else "no accuracy measured (--no-accuracy)",
-            f"{short} tok/s vs TTFT (higher, lower)",
+            f"{objective.unit} {short} vs accuracy (higher, higher)" if with_acc else "no accuracy measured (--no-accuracy)",
+            f"{objective.unit} {short} vs TTFT (higher, lower)",
         ),
     )
     for col, trials, y_of, higher in (
@@ -167,7 +167,36 @@ def knob_figure(ran: list[TrialResult], space: SearchSpace) -> go.Figure | None:
             col=i % cols + 1,
         )
         fig.update_xaxes(type="category", row=i // cols + 1, col=i % cols + 1)
-    fig.update_yaxes(title_text=f"{space.objective.short} tok/s", col=1)
+    fig.update_yaxes(title_text=f"{space.objective.unit} {space.objective.short}", col=1)
+    return fig
+
+
+def capacity_figure(launched: list[TrialResult], best: TrialResult | None, slo: Slo) -> go.Figure:
+    """capacity_at_slo: attainment against streams in flight, one line per trial (levels in streams
+    order, each with its Wilson 95% interval), the target as a dashed line."""
+    fig = go.Figure()
+    for t in launched:
+        if t.capacity is None:
+            continue
+        levels = sorted(t.capacity.levels, key=lambda lv: lv.streams)
+        role = _role(t, best) if t.status == "ok" else "failed"
+        fig.add_trace(go.Scatter(
+            x=[lv.streams for lv in levels], y=[lv.attainment for lv in levels], mode="lines+markers",
+            name=f"#{t.number} ({t.capacity.capacity} streams)",
+            marker=dict(size=9 if role == "best" else 7, symbol=["circle" if lv.verdict.value == "pass" else
+                        "x" if lv.verdict.value == "fail" else "diamond-open" for lv in levels]),
+            line=dict(width=3 if role == "best" else 1.5, color=COLORS["best"] if role == "best" else None),
+            error_y=dict(type="data", symmetric=False, array=[lv.interval[1] - lv.attainment for lv in levels],
+                         arrayminus=[lv.attainment - lv.interval[0] for lv in levels], thickness=1),
+            text=[f"{lv.verdict.value}, {lv.output_tps:.1f} tok/s, P99 TTFT {_fmt(lv.p99_ttft_ms, 0)} ms, "
+                  f"P99 ITL {_fmt(lv.p99_itl_ms, 1)} ms" for lv in levels],
+            hovertemplate="%{x} streams: attainment %{y:.1%}<br>%{text}<extra>" + f"#{t.number}</extra>",
+        ))
+    fig.add_hline(y=slo.attainment, line_dash="dash", line_color=COLORS["baseline"],
+                  annotation_text=f"SLO: {slo.describe()}", annotation_position="bottom left")
+    fig.update_xaxes(title_text="concurrent streams (log scale)", type="log")
+    fig.update_yaxes(title_text="attainment (share of good requests)", range=[0, 1.05], tickformat=".0%")
+    fig.update_layout(title="Attainment against concurrency (circle pass, x fail, diamond unresolved; bars: Wilson 95%)")
     return fig
 
 
@@ -231,14 +260,18 @@ def verdict_section(outcome: StudyOutcome) -> str:
         return '<p class="bad">No trial ran and passed its gates: no winner.</p>'
     lines = [
         f"<p><b>best: trial {best.number}</b> <code>{_e(diff_label(best.candidate, base.candidate if base else None))}</code>"
-        f" &mdash; {_fmt(best.objective)} tok/s {_e(outcome.objective.short)}</p>"
+        f" &mdash; {_fmt(best.objective)} {_e(outcome.objective.unit)} {_e(outcome.objective.short)}</p>"
     ]
+    if best.capacity is not None:
+        lines.append(f"<p>capacity at the SLO: {_e(best.capacity.describe())}; median of per-level P99 TTFT "
+                     f"{_fmt(best.capacity.median_p99_ttft_ms, 0)} ms, ITL {_fmt(best.capacity.median_p99_itl_ms, 1)} ms "
+                     "(capacities closer than the bisection step are tied, ranked by output tok/s at them)</p>")
     noise_text = outcome.noise.describe() if outcome.noise else "launch-to-launch noise unknown"
     if base is not None and base.objective and best.objective and best.number != base.number:
         ratio = best.objective / base.objective
         judged = single_launch_verdict(ratio, outcome.noise)
         lines.append(
-            f"<p>vs baseline (trial {base.number}, engine defaults) {_fmt(base.objective)} tok/s: "
+            f"<p>vs baseline (trial {base.number}, engine defaults) {_fmt(base.objective)} {_e(outcome.objective.unit)}: "
             f"<b>x{ratio:.2f}</b>, one launch each ({judged}; {_e(noise_text)})</p>"
         )
     elif best.number == 0:
@@ -249,7 +282,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append(
             f'<p class="{cls}">confirmation ({c.rounds} interleaved rounds, baseline and best relaunched '
             f"alternately): {_e(c.verdict)}<br>best {[round(x, 1) for x in c.best_samples]} vs baseline "
-            f"{[round(x, 1) for x in c.baseline_samples]} tok/s; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
+            f"{[round(x, 1) for x in c.baseline_samples]} {_e(outcome.objective.unit)}; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
         )
     elif base is not None and best.number == base.number:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
@@ -410,6 +443,12 @@ def build_html(store: Store, study: str) -> str:
         ("pareto", "Pareto fronts", _figure_html(pareto_figure(ran, outcome.best, outcome.objective), "plot-pareto", 440)
          + "<p class='meta'>Each point is a trial that ran; the dotted line joins the trials no other "
            "gate-passing trial beats on both axes.</p>"),
+        *([("capacity", "Capacity at the SLO",
+            _figure_html(capacity_figure(launched, outcome.best, space.objective.slo), "plot-capacity", 440)
+            + f"<p class='meta'>Each line is one trial's search, every level it probed; a level passes when the "
+              f"Wilson 95% interval of its attainment lies at or above {space.objective.slo.attainment:.0%}, over at "
+              f"least {space.objective.slo.min_requests} determined requests.</p>")]
+          if space.objective.slo is not None and any(t.capacity for t in launched) else []),
         ("knobs", "Throughput per knob value (what mattered)",
          _figure_html(knobs, "plot-knobs", 300 * ((len(knobs.layout.annotations) + 3) // 4)) if knobs
          else "<p>Every trial that ran had the same knob values.</p>"),

@@ -128,6 +128,7 @@ def recipe_from_trial(
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
         verdict=verdict,
+        capacity=trial.capacity,
         provenance=Provenance(
             study=trial.study,
             trial=trial.number,
@@ -197,6 +198,8 @@ def to_yaml(recipe: Recipe) -> str:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
+    if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
+        data.pop("capacity", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

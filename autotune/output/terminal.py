@@ -182,7 +182,16 @@ class RichReporter:
         if result.duration_s > 1.0 and not result.accuracy_relaunched:  # a relaunch is not another trial
             self.durations.append(result.duration_s)
             self.finished.append(result)
-        if result.status == "ok":
+        if result.status == "ok" and result.capacity is not None:
+            line = f"  capacity at the SLO: {result.capacity.describe()}"
+            if result.needle:
+                line += f", {result.needle.summary()}"
+            if result.qeval:
+                line += f", {result.qeval.summary()}"
+            failed_gates = [g.gate for g in result.gates if g.status == "fail"]
+            if failed_gates:
+                line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+        elif result.status == "ok":
             line = (
                 f"  {self.objective.short} {_fmt(result.objective)} tok/s (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
                 f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
@@ -209,7 +218,7 @@ class RichReporter:
         line += f" [dim]({took})[/]"
         self.console.print(line)
         if best is not None:
-            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} tok/s {self.objective.short} "
+            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} {self.objective.unit} {self.objective.short} "
                                f"({best.candidate.label()})")
         left = self.total - self.launched
         eta = self._eta_for(left)
@@ -270,17 +279,17 @@ def forecast_text(plan: RunForecast) -> str:
 
 
 def table_caption(objective: Objective) -> str:
-    return (f"tok/s: the objective, {objective.label}; pred.: the planner's prediction (decode, 1 stream); "
+    return (f"{objective.unit}: the objective, {objective.label}; pred.: the planner's prediction (decode, 1 stream); "
             "prose, struct: decode tok/s of each prompt set; prefill: cold prefill tok/s at the longest prompt")
 
 
 WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
 
 
-def _cells(t: TrialResult) -> dict[str, str]:
+def _cells(t: TrialResult, unit: str = "tok/s") -> dict[str, str]:
     prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
     return {
-        "tok/s": _fmt(t.objective),
+        unit: _fmt(t.objective if t.capacity is None else t.capacity.capacity, 0 if t.capacity else 1),
         "pred.": _fmt(t.predicted.get("decode_tps"), 0),
         "prose": _fmt(_median(t, "decode_tps.prose")),
         "struct": _fmt(_median(t, "decode_tps.structured")),
@@ -306,7 +315,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
         table.add_column("#", no_wrap=True)
         table.add_column("config / numbers / verdict", overflow="fold")
         for t in launched:
-            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t).items())
+            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t, outcome.objective.unit).items())
             cell = Text()
             cell.append(diff_label(t.candidate, base), style="bold")
             cell.append("\n" + numbers)
@@ -317,16 +326,48 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
     # short cells never wrap: on a narrow terminal config and verdict take the squeeze
     table.add_column("#", no_wrap=True)
     table.add_column("config", overflow="fold", min_width=16)
-    for col in ("tok/s", "pred.", "prose", "struct", "TTFT ms", "prefill", "needle", "qeval"):
+    for col in (outcome.objective.unit, "pred.", "prose", "struct", "TTFT ms", "prefill", "needle", "qeval"):
         table.add_column(col, no_wrap=True, justify="right")
     table.add_column("verdict", overflow="fold", min_width=8)
     for t in launched:
-        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t).values(), verdict(t))
+        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t, outcome.objective.unit).values(),
+                      verdict(t))
+    return table
+
+
+def capacity_table(outcome: StudyOutcome) -> Table | None:
+    """capacity_at_slo: every level each trial probed, in the order probed (None for other objectives)."""
+    searched = [t for t in outcome.trials if t.capacity is not None]
+    slo = outcome.objective.slo
+    if not searched or slo is None:
+        return None
+    table = Table(title=f"capacity at the SLO: {slo.describe()}, >= {slo.min_requests} requests per level",
+                  caption="streams: the capacity; tok/s: output at it; P99 TTFT/ITL: the median over levels of "
+                  "each level's P99 (ms); level: streams in flight, verdict, attainment [Wilson 95% interval], "
+                  "output tok/s, P99 TTFT/ITL ms, in the order probed")
+    for column in ("#", "streams", "tok/s", "P99 TTFT/ITL"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("stop", overflow="fold", min_width=8)
+    table.add_column("levels", overflow="fold", min_width=30)  # one level a line
+    for t in searched:
+        report = t.capacity
+        assert report is not None
+        head = report.at_capacity
+        levels = "\n".join(
+            f"{lv.streams}: {lv.verdict.value} {lv.attainment:.0%} [{lv.interval[0]:.0%}, {lv.interval[1]:.0%}] "
+            f"{lv.output_tps:.0f} tok/s {_fmt(lv.p99_ttft_ms, 0)}/{_fmt(lv.p99_itl_ms, 0)}" for lv in report.levels)
+        fit = f" (memory fits {report.fit_streams})" if report.fit_streams is not None else ""
+        table.add_row(str(t.number), str(report.capacity), _fmt(head.output_tps if head else None),
+                      f"{_fmt(report.median_p99_ttft_ms, 0)}/{_fmt(report.median_p99_itl_ms, 1)}", report.stop.value + fit,
+                      levels)
     return table
 
 
 def print_trials(console: Console, outcome: StudyOutcome) -> None:
     console.print(trials_table(outcome, console.width))
+    searched = capacity_table(outcome)
+    if searched is not None:
+        console.print(searched)
     if outcome.skipped_reasons:
         console.print("[bold]pruned before launching[/] (reason: count)")
         for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):
@@ -394,11 +435,15 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         ratio = best.objective / base.objective
         judged = single_launch_verdict(ratio, noise)
         console.print(
-            f"  {best.objective:.1f} vs baseline {base.objective:.1f} tok/s {outcome.objective.short}: x{ratio:.2f}, one launch each "
+            f"  {best.objective:.1f} vs baseline {base.objective:.1f} {outcome.objective.unit} {outcome.objective.short}: x{ratio:.2f}, one launch each "
             f"({judged}; {noise_text})"
         )
     elif best.number == 0:
         console.print("  the baseline (engine defaults) is the best config measured")
+    if best.capacity is not None:
+        console.print(f"  capacity at the SLO: {best.capacity.describe()}; median of per-level P99 TTFT "
+                      f"{_fmt(best.capacity.median_p99_ttft_ms, 0)} ms, ITL {_fmt(best.capacity.median_p99_itl_ms, 1)} ms"
+                      + (" (tied capacities rank by output tok/s at them)" if outcome.objective.capacity else ""))
     # dominated trials count too: below the best's score, but maybe not beyond the noise
     skipped = [t for t in outcome.trials if t.status == "ok" and (t.dominated or t.deferred)]
     others = [*outcome.ranked[1:], *(t for t in skipped if (t.score or 0.0) <= (best.score or 0.0))]
@@ -413,7 +458,7 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
     if c and c.best_trial == best.number:
         console.print(
             f"  confirmation: {c.verdict}; best {[round(x, 1) for x in c.best_samples]} vs "
-            f"baseline {[round(x, 1) for x in c.baseline_samples]} tok/s"
+            f"baseline {[round(x, 1) for x in c.baseline_samples]} {outcome.objective.unit}"
         )
     elif best.number != 0:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")

@@ -580,6 +580,19 @@ def dropped_estimate(candidate: Candidate, message: str) -> PlanEstimate:
     )
 
 
+def kv_pool_of(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Callable[[Candidate], int | None]:
+    """The planner's KV pool of a candidate in tokens (None: the engine sets no memory budget, or a
+    term is unknown): a capacity search probes no more streams than it holds requests."""
+
+    def pool(candidate: Candidate) -> int | None:
+        try:
+            return estimate(space, candidate, hardware, nodes).kv_pool_tokens
+        except ConfigError:
+            return None
+
+    return pool
+
+
 def fits_check(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> Callable[[Candidate], str | None]:
     """A space.Pruner check: the planner's drop reason for a candidate, None when it fits."""
 

@@ -21,6 +21,8 @@ from autotune.models import SearchSpace
 
 #: Gates fields added after studies were first fingerprinted (left out while empty)
 LATER_GATES = ("max_regression",)
+#: Objective fields added since (left out while unset), e.g. capacity_at_slo's slo
+LATER_OBJECTIVE = ("slo",)
 
 
 def experiment(space: SearchSpace) -> dict[str, Any]:
@@ -35,7 +37,7 @@ def experiment(space: SearchSpace) -> dict[str, Any]:
         "plugin_flags": data["plugin_flags"],
         "rules": data["rules"],
         "workload": data["workload"],
-        "objective": data["objective"],
+        "objective": {k: v for k, v in data["objective"].items() if v is not None or k not in LATER_OBJECTIVE},
         # a gate added to the schema since is part of the experiment only where a space sets it, so
         # studies made before it keep their fingerprint
         "gates": {k: v for k, v in data["gates"].items() if v or k not in LATER_GATES},

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune.gates.dominated import DominatedCheck, GatesSkipped, SkipKind
+from autotune.gates.score import by_score as score_order
 from autotune.models import Candidate, TrialResult
 from autotune.trial.run import TrialContext, objective_only
 
@@ -58,8 +59,7 @@ def pending(trial: TrialResult) -> bool:
 
 
 def by_score(trials: list[TrialResult]) -> list[TrialResult]:
-    ok = [t for t in trials if t.status == "ok" and t.score is not None]
-    return sorted(ok, key=lambda t: (-(t.score or 0.0), t.number))
+    return score_order([t for t in trials if t.status == "ok" and t.score is not None])
 
 
 def optimistic_incumbent(trials: list[TrialResult]) -> TrialResult | None:

@@ -100,7 +100,9 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
     work = space.workload
     ctx = context_tokens(space, baseline(space))
     phases = workload_requests(space, ctx)
-    decode_requests = sum(n for step, n in phases.items() if step.phase is Phase.DECODE)
+    # a capacity search's requests at one stream's speed: exact on a server that queues them, an
+    # upper bound where the engine batches them
+    decode_requests = sum(n for step, n in phases.items() if step.phase in (Phase.DECODE, Phase.CAPACITY))
     out_tokens = decode_requests * work.decode_max_tokens + phases.get(Step.of(Phase.WARM_UP), 0) * 16
     in_tokens = work.prefill_repeats * sum(work.prefill_tokens)
     if accuracy and space.gates.qeval:

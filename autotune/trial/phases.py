@@ -21,6 +21,7 @@ class Phase(str, Enum):
     DECODE = "decode"
     PREFILL = "prefill"
     CONCURRENCY = "concurrency"
+    CAPACITY = "capacity"  # the capacity_at_slo search over concurrency levels
     NEEDLE = "needle"
     QEVAL = "qeval"
     TEARDOWN = "teardown"
@@ -31,7 +32,7 @@ class Phase(str, Enum):
 
 PHASES = tuple(p.value for p in Phase)
 #: what the status line says when a phase opens, where it is not the phase's own name
-LABELS = {Phase.PREFILL: "cold prefill"}
+LABELS = {Phase.PREFILL: "cold prefill", Phase.CAPACITY: "capacity at the SLO"}
 
 
 class Step(BaseModel):

@@ -74,6 +74,9 @@ def workload_requests(space: SearchSpace, context_tokens: int) -> dict[Step, int
         out[Step.of(Phase.PREFILL)] = 3 + work.prefill_repeats * len(fitting)
     if any(c > 1 for c in work.concurrency):
         out[Step.of(Phase.CONCURRENCY)] = sum(c for c in work.concurrency if c > 1)
+    slo = space.objective.slo
+    if slo is not None:  # the most a search sends (doubling or bisecting, each level its count)
+        out[Step.of(Phase.CAPACITY)] = slo.max_probes * slo.min_requests
     if space.gates.needle:  # the study's needle test, the same for every candidate
         out[Step.of(Phase.NEEDLE)] = len(needle_lengths(space)) * len(set(space.gates.needle.depths))
     if space.gates.qeval:

@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench import throughput
+from autotune.bench.capacity import SLO_UNMET, SloUnmet
 from autotune.bench.client import OpenAIClient
 from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
@@ -22,6 +23,7 @@ from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.launchers import launcher_class, open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
+    CapacityReport,
     Candidate,
     Cluster,
     FailureInfo,
@@ -58,6 +60,8 @@ class TrialContext(BaseModel):
     launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
     cluster: Cluster | None = None
     nccl: list[NcclReading] = []  # what each node loads, read before a multi-node study (launchers/nccl.py)
+    #: the planner's KV pool of a candidate in tokens (None: unknown), bounding a capacity search's streams
+    kv_pool: Callable[[Candidate], int | None] | None = None
 
     def render(self, candidate: Candidate) -> LaunchSpec:
         """The launch of `candidate`: the cluster form over several nodes, and on one node too when
@@ -83,9 +87,11 @@ def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
     short prompts, and the objective's own wave of N streams where it is output_tps_cN): no cold
     prefill, no long-context decode, no other concurrency; `workload` sets more."""
     level = ctx.space.objective.concurrency
+    # capacity_at_slo: the relaunch runs the whole search again, and no decode passes (not the objective)
+    decode = {"prompt_sets": []} if ctx.space.objective.capacity else {}
     work = ctx.space.workload.model_copy(
         update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1] + ([level] if level else []),
-                **workload}
+                **decode, **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
 
@@ -151,6 +157,7 @@ class Measured(BaseModel):
     qeval: QevalReport | None = None
     skip: GatesSkipped | None = None  # why its gates did not run in this launch
     accuracy_from: int | None = None
+    capacity: CapacityReport | None = None
 
 
 async def measure(
@@ -163,7 +170,7 @@ async def measure(
     reuse: TrialResult | None = None,
     ready: ReadyRequest | None = None,
 ) -> Measured:
-    from autotune.bench import needle, qeval
+    from autotune.bench import capacity, needle, qeval
     from autotune.trial.requests import CountingClient, RequestProgress
     from autotune.trial.requests import workload_requests
 
@@ -206,6 +213,16 @@ async def measure(
         if any(c > 1 for c in workload.concurrency):
             open_step(Step.of(Phase.CONCURRENCY))
             out.measurements += await throughput.measure_concurrency(sender, workload)
+        slo = ctx.space.objective.slo
+        if slo is not None:
+            open_step(Step.of(Phase.CAPACITY))
+            pool = ctx.kv_pool(candidate) if ctx.kv_pool is not None else None
+            fit = await capacity.fit_streams(sender, workload, pool)
+            out.capacity = await capacity.search(
+                slo, lambda n: capacity.measure_level(sender, workload, slo, n, progress=events), fit)
+            out.measurements += capacity.measurements(out.capacity)
+            if out.capacity.capacity == 0:
+                raise capacity.SloUnmet(out.capacity)
         if dominated is not None and ctx.accuracy:
             objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
             out.skip = dominated(objective, score)
@@ -298,6 +315,13 @@ def run_trial(
                     status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
                     selected=ctx.engine.selected(log), phase_s=clock.ordered(), **common,
                 )
+            except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
+                failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
+                return TrialResult(
+                    status="failed", reason=failure.message, failure=failure, capacity=exc.report,
+                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    phase_s=clock.ordered(), **common,
+                )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
                 alive = server.alive()
@@ -346,6 +370,7 @@ def run_trial(
         needle=measured.needle,
         qeval=measured.qeval,
         accuracy_from=measured.accuracy_from,
+        capacity=measured.capacity,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,

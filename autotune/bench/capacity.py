@@ -1,0 +1,261 @@
+"""Capacity under a latency target: the most concurrent streams whose requests meet the SLO.
+
+The definition is GuideLLM 0.8's goodput profile (docs/metrics.md). The control variable is
+concurrency: a level keeps N requests in flight (each stream sends its next request when its last
+one ends) until `min_requests` are determined. A request is good when it meets every limit of the
+SLO (TTFT, ITL, optionally E2E), a miss when it completed outside one or failed; requests still in
+flight when the level's count is reached are cut: they finish (so the next level starts on an idle
+server) and are excluded. A level passes when the Wilson 95 % interval of its attainment lies at or
+above the target, fails when it lies below, and is `unresolved` (never a bound) when it straddles it.
+
+The search starts at `initial_streams`, doubles until a level fails (capped at `max_streams` and at
+the planner's memory fit), then bisects between the best pass and the lowest fail above it until
+`fail - pass <= max(1, 0.1 x pass)`, probing at most `max_probes` levels. `search` is the pure
+logic over any level-measurer; `measure_level` measures one level against a served endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+from autotune.bench.client import ChatClient
+from autotune.bench.throughput import MeasurementFailed, decode_args, decoded_fully, load_prompts, user
+from autotune.models import (
+    CapacityReport,
+    LevelResult,
+    LevelVerdict,
+    Measurement,
+    RequestResult,
+    SearchStop,
+    Slo,
+    Workload,
+    wilson_interval,
+)
+
+#: streams -> that level's result
+LevelMeasurer = Callable[[int], Awaitable[LevelResult]]
+
+
+def tolerance(best: int) -> float:
+    """The bisection's resolution at a capacity: max(1, 0.1 x capacity) streams."""
+    return max(1.0, 0.1 * best)
+
+
+def tied(a: int, b: int) -> bool:
+    """Two capacities closer than the bisection tolerance (at the larger) are tied."""
+    return abs(a - b) < tolerance(max(a, b))
+
+
+def itl_ms(result: RequestResult) -> float | None:
+    """Inter-token latency of one request: its decode gap per token, (t_last - t_first) / (n_out - 1)."""
+    return result.tpot_ms
+
+
+def e2e_ms(result: RequestResult) -> float | None:
+    return None if result.t_last is None else 1000.0 * (result.t_last - result.t_send)
+
+
+def failed(result: RequestResult, workload: Workload) -> bool:
+    return not result.ok or not decoded_fully(result, workload)
+
+
+def good(result: RequestResult, slo: Slo, workload: Workload) -> bool:
+    """Meets every limit the SLO sets. A one-token reply has no inter-token gap to judge."""
+    if failed(result, workload) or result.ttft_ms is None or result.ttft_ms > slo.ttft_ms:
+        return False
+    itl = itl_ms(result)
+    if itl is not None and itl > slo.itl_ms:
+        return False
+    e2e = e2e_ms(result)
+    return slo.e2e_ms is None or (e2e is not None and e2e <= slo.e2e_ms)
+
+
+def p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+def judge(attainment_low: float, attainment_high: float, target: float) -> LevelVerdict:
+    if attainment_low >= target:
+        return LevelVerdict.PASS
+    if attainment_high < target:
+        return LevelVerdict.FAIL
+    return LevelVerdict.UNRESOLVED
+
+
+def level_of(
+    streams: int, determined: list[RequestResult], excluded: int, slo: Slo, workload: Workload, seconds: float
+) -> LevelResult:
+    """One level's record from its determined requests."""
+    n_good = sum(good(r, slo, workload) for r in determined)
+    n_failed = sum(failed(r, workload) for r in determined)
+    n = len(determined)
+    low, high = wilson_interval(n_good, n) if n else (0.0, 1.0)
+    completed = [r for r in determined if not failed(r, workload)]
+    ttfts = [r.ttft_ms for r in completed if r.ttft_ms is not None]
+    itls = [v for v in map(itl_ms, completed) if v is not None]
+    tokens = sum(r.n_out or 0 for r in completed)
+    return LevelResult(
+        streams=streams, good=n_good, slow=n - n_good - n_failed, failed=n_failed, excluded=excluded,
+        attainment=round(n_good / n, 4) if n else 0.0, interval=(round(low, 4), round(high, 4)),
+        verdict=judge(low, high, slo.attainment) if n else LevelVerdict.UNRESOLVED,
+        output_tps=round(tokens / seconds, 3) if seconds > 0 else 0.0,
+        p99_ttft_ms=None if not ttfts else round(p99(ttfts) or 0.0, 2),
+        p99_itl_ms=None if not itls else round(p99(itls) or 0.0, 3),
+        seconds=round(seconds, 3),
+    )
+
+
+def workload_prompts(workload: Workload) -> list[str]:
+    """The prompts a level cycles through: the first `prompts_per_set` of each of the workload's sets."""
+    sets = workload.prompt_sets or ["prose"]
+    return [p.prompt for name in sets for p in load_prompts(name)[: workload.prompts_per_set]]
+
+
+async def measure_level(
+    client: ChatClient, workload: Workload, slo: Slo, streams: int, clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], None] | None = None,
+) -> LevelResult:
+    """Keep `streams` requests in flight until `slo.min_requests` are determined; the requests in
+    flight then are cut (awaited, excluded). Prompts cycle through the workload's, each asking for
+    `decode_max_tokens` (exactly, with `fixed_length`)."""
+    prompts = workload_prompts(workload)
+    determined: list[RequestResult] = []
+    sent = [0]
+    done = asyncio.Event()
+    end = [0.0]
+
+    async def stream() -> int:
+        cut = 0
+        while not done.is_set():
+            i = sent[0]
+            sent[0] += 1
+            result = await client.chat(
+                user(prompts[i % len(prompts)]), max_tokens=workload.decode_max_tokens, **decode_args(workload)
+            )
+            if done.is_set():
+                cut += 1
+                continue
+            determined.append(result)
+            if len(determined) >= slo.min_requests:
+                end[0] = clock()
+                done.set()
+        return cut
+
+    if progress is not None:
+        progress(f"capacity at the SLO: {streams} streams")
+    start = clock()
+    cuts = await asyncio.gather(*(stream() for _ in range(streams)))
+    level = level_of(streams, determined, sum(cuts), slo, workload, end[0] - start)
+    if progress is not None:
+        progress(f"{streams} streams: {level.verdict.value}, attainment {level.attainment:.1%} "
+                 f"[{level.interval[0]:.1%}, {level.interval[1]:.1%}], {level.output_tps:.1f} tok/s")
+    return level
+
+
+def _bounds(levels: dict[int, LevelResult]) -> tuple[int, int | None]:
+    """(best pass, lowest fail above it); 0 when nothing passed, None when nothing above it failed."""
+    best = max((n for n, lv in levels.items() if lv.verdict is LevelVerdict.PASS), default=0)
+    worst = min((n for n, lv in levels.items() if lv.verdict is LevelVerdict.FAIL and n > best), default=None)
+    return best, worst
+
+
+def _next_level(levels: dict[int, LevelResult], best: int, above: int) -> int | None:
+    """The untried level nearest the midpoint of (best, above), lower first; None when none is left."""
+    mid = (best + above) / 2
+    left = sorted((k for k in range(best + 1, above) if k not in levels), key=lambda k: (abs(k - mid), k))
+    return left[0] if left else None
+
+
+async def search(slo: Slo, measure: LevelMeasurer, fit_streams: int | None = None) -> CapacityReport:
+    """Double from initial_streams until a level fails, then bisect; every level probed is kept."""
+    cap = max(1, min(slo.max_streams, fit_streams)) if fit_streams is not None else slo.max_streams
+    levels: dict[int, LevelResult] = {}
+    order: list[LevelResult] = []
+
+    async def probe(n: int) -> None:
+        result = await measure(n)
+        levels[n] = result
+        order.append(result)
+
+    n = min(slo.initial_streams, cap)
+    stop: SearchStop | None = None
+    while stop is None:  # doubling
+        if len(order) >= slo.max_probes:
+            stop = SearchStop.MAX_PROBES
+            break
+        await probe(n)
+        best, worst = _bounds(levels)
+        if worst is not None:
+            break
+        if n >= cap:
+            stop = SearchStop.MAX_STREAMS if best == cap else None
+            break
+        n = min(2 * n, cap)
+    while stop is None:  # bisection
+        best, worst = _bounds(levels)
+        if worst is not None and worst - best <= tolerance(best):
+            stop = SearchStop.NONE_PASSED if best == 0 else SearchStop.RESOLVED
+        elif worst is None and best == cap:
+            stop = SearchStop.MAX_STREAMS
+        elif len(order) >= slo.max_probes:
+            stop = SearchStop.MAX_PROBES
+        else:
+            nxt = _next_level(levels, best, worst if worst is not None else cap + 1)
+            if nxt is None:
+                stop = SearchStop.NO_LEVEL_LEFT
+            else:
+                await probe(nxt)
+    best, _ = _bounds(levels)
+    return CapacityReport(slo=slo, levels=order, capacity=best, tolerance=tolerance(best), stop=stop,
+                          fit_streams=fit_streams)
+
+
+#: the failure class of a trial whose engine served but met the SLO at no level
+SLO_UNMET = "slo_unmet"
+
+
+class SloUnmet(MeasurementFailed):
+    """Not one level met the SLO (one stream failed it): the trial fails, its levels kept."""
+
+    def __init__(self, report: CapacityReport) -> None:
+        self.report = report
+        first = report.levels[0] if report.levels else None
+        where = (f"; {first.streams} stream(s): attainment {first.attainment:.1%} [{first.interval[0]:.1%}, "
+                 f"{first.interval[1]:.1%}], P99 TTFT {first.p99_ttft_ms} ms, P99 ITL {first.p99_itl_ms} ms"
+                 if first else "")
+        lowest = min(report.levels, key=lambda lv: lv.streams) if report.levels else None
+        if lowest is not None and lowest is not first:
+            where += (f"; {lowest.streams} stream(s): attainment {lowest.attainment:.1%} "
+                      f"[{lowest.interval[0]:.1%}, {lowest.interval[1]:.1%}]")
+        super().__init__(f"no concurrency level met the SLO ({report.slo.describe()}){where}")
+
+
+async def fit_streams(client: ChatClient, workload: Workload, kv_pool_tokens: int | None) -> int | None:
+    """The memory-fit bound on streams: the planner's KV pool over the tokens one request holds (its
+    longest prompt by the engine's tokenizer, plus decode_max_tokens). None when the pool is unknown."""
+    if kv_pool_tokens is None:
+        return None
+    longest = max([await client.count_tokens(p) for p in workload_prompts(workload)])
+    return max(kv_pool_tokens // (longest + workload.decode_max_tokens), 1)
+
+
+def measurements(report: CapacityReport) -> list[Measurement]:
+    """What a search adds to a trial's measurements: the capacity, and the output at it."""
+    condition = (f"most concurrent streams with {report.slo.describe()}, over >= {report.slo.min_requests} "
+                 f"determined requests per level (Wilson 95% interval at or above the target); "
+                 f"{len(report.levels)} level(s) probed, {report.stop.value}")
+    out = [Measurement.of("capacity_at_slo", "streams", condition, [float(report.capacity)])]
+    head = report.at_capacity
+    if head is not None:
+        out.append(Measurement.of(
+            "output_tps.slo", "tok/s",
+            f"aggregate output tok/s at the capacity ({report.capacity} streams in flight, {head.determined} "
+            f"determined requests)", [head.output_tps]))
+    return out
