@@ -70,6 +70,10 @@ class HardwareProfile(Strict):
         None, description="cores of this CPU host (detected under --hardware auto): decode on t threads "
         "streams t / cpu_cores of the memory bandwidth; None = no thread term",
     )
+    detected_on: str | None = Field(
+        None, description="the host whose GPU count and memory per GPU (a CPU host: memory and cores) "
+        "replaced the built-in figures: --hardware auto, or the named profile of the host it runs on",
+    )
     sources: list[str] = Field(default_factory=list)
 
 
@@ -1028,8 +1032,11 @@ class PlanEstimate(Record):
     kv_gb: float | None
     overhead_gb: float
     total_gb: float
-    usable_gb: float
-    engine_budget_gb: float | None = None
+    usable_gb: float = Field(description="GPU memory (unified: node memory) less the OS reserve: what must hold total_gb")
+    engine_budget_gb: float | None = Field(
+        None, description="vLLM: gpu_memory_utilization x GPU memory, what the KV pool is carved from "
+        "(pool = budget - weights - overhead); the plan table's usable column shows it where it is set",
+    )
     kv_pool_tokens: int | None = None
     fits: bool
     reason: str | None = None
@@ -1056,6 +1063,9 @@ class PlanReport(Record):
     space: str
     hardware: str
     nodes: int
+    gpus_per_node: int | None = Field(None, description="GPUs of one node the plan is for (0: a CPU host)")
+    memory_gb_per_gpu: float | None = Field(None, description="memory per GPU (CPU host: per node) the plan used, GB")
+    detected_on: str | None = Field(None, description="set when the GPU count and memory are this host's")
     kept: list[PlanEstimate]
     dropped: list[PlanEstimate]
     launch: LaunchSpec | None = Field(None, description="the best-predicted candidate's launch, per node")

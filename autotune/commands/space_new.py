@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from autotune import __version__
 from autotune.model import config as model_config
 from autotune.errors import ConfigError
-from autotune.hardware.profiles import get_profile
+from autotune.hardware.device import detect
+from autotune.hardware.profiles import describe, resolve_hardware
 from autotune.model.config import config_file, text_fields
 from autotune.models import HardwareProfile, KnobSpec, ModelSpec, Rule, Scalar, SearchSpace, Workload
 from autotune.planner.roofline import estimate
@@ -335,6 +336,7 @@ class NewSpace(BaseModel):
     space: SearchSpace
     text: str
     summary: str
+    hardware: str  # the line that says what a node is and whether the figures are this host's
 
 
 @dataclass
@@ -515,9 +517,10 @@ def _yaml(space: SearchSpace, header: list[str]) -> str:
 
 
 def new_space(model: str, hardware: str, nodes: int, name: str | None = None) -> NewSpace:
-    """A validated search space for the model whose config.json is at `model`, on nodes x hardware."""
+    """A validated search space for the model whose config.json is at `model`, on nodes x hardware
+    (`auto`, or the named profile of this host: with this host's GPU count and memory per GPU)."""
     cfg, model_dir = read_config(model)
-    profile = get_profile(hardware)
+    profile = resolve_hardware(hardware, detect())
     if profile.gpus_per_node == 0:
         raise ConfigError(
             f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
@@ -571,6 +574,7 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
         f"config.json: {arch.summary()}.",
         f"Counted from the shapes: {params.total / 1e9:.1f}B parameters, {params.active / 1e9:.1f}B read per token; "
         f"checkpoint {ckpt.format} = {bits:.2f} bits/weight on average (embeddings and unquantized layers at 16).",
+        f"Hardware: {describe(profile)}.",
         f"Memory fit on {profile.name}: {fit_why}.",
         "Choices:",
         *(f"- {line}" for line in [*draft.why, style]),
@@ -583,7 +587,7 @@ def new_space(model: str, hardware: str, nodes: int, name: str | None = None) ->
         f"space {space.name}: {count_candidates(space)} candidates on {nodes} x {profile.name}; "
         f"{params.total / 1e9:.1f}B params ({ckpt.format}); {fit_why.split(':')[0]}"
     )
-    return NewSpace(space=space, text=text, summary=summary)
+    return NewSpace(space=space, text=text, summary=summary, hardware=f"hardware {describe(profile)}")
 
 
 def _json(path: Path) -> dict[str, Any]:

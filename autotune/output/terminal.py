@@ -13,6 +13,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from autotune.hardware.profiles import describe, describe_node
 from autotune.models import Candidate, FailureInfo, LaunchSpec, LearnedFailure, Objective, PlanReport, TrialResult
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
@@ -266,6 +267,7 @@ def forecast_text(plan: RunForecast) -> str:
         f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
         f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
         f"{plan.basis}{gates}){sooner}"
+        + (f"\n  hardware {plan.hardware}" if plan.hardware else "")
     )
 
 
@@ -455,6 +457,7 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
         f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
         f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
     )
+    console.print(f"hardware {describe(plan.hardware)}", markup=False, highlight=False)
     cluster = plan.ctx.cluster
     if cluster is not None and is_placeholder(cluster):
         console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
@@ -540,7 +543,18 @@ def print_isolations(console: Console, isolations: list[Any]) -> None:
         console.print(f"  {isolation.summary()}", markup=False, highlight=False)
 
 
+def plan_hardware_line(report: PlanReport) -> str | None:
+    """What a node of the plan is (a report read back from older JSON may not say)."""
+    if report.gpus_per_node is None or report.memory_gb_per_gpu is None:
+        return None
+    return "hardware " + describe_node(report.hardware, report.gpus_per_node, report.memory_gb_per_gpu,
+                                       report.detected_on)
+
+
 def print_plan(console: Console, plan_report: PlanReport) -> None:
+    line = plan_hardware_line(plan_report)
+    if line:
+        console.print(line, markup=False, highlight=False)
     console.print(render_plan_table(plan_report))
     if plan_report.launch is not None:
         console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
@@ -571,7 +585,11 @@ def render_plan_table(report: PlanReport) -> Table:
     tokens = [est.label.split(" ") for est in rows]
     shared = _common(tokens)
     shared_unknown = _common([est.unknown for est in report.kept])
-    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
+    caption = [
+        "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
+        "usable: what the KV pool is carved from (vLLM: gpu_memory_utilization x GPU memory, pool = usable - "
+        "weights - overhead; else the memory less the OS reserve)",
+    ]
     if shared:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
@@ -590,7 +608,8 @@ def render_plan_table(report: PlanReport) -> Table:
     for est, words in zip(rows, tokens):
         label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
         layout = f"{est.tp}x{est.pp}" if est.tp else "-"
-        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, est.usable_gb)]
+        usable = est.engine_budget_gb if est.engine_budget_gb is not None else est.usable_gb
+        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, usable)]
         if est.fits:
             notes = [u for u in est.unknown if u not in shared_unknown]
             if est.kv_pool_tokens is not None:

@@ -570,7 +570,10 @@ def plan(
     if refused and len(refused) == len(dropped) and not kept:
         raise refused[0]
     kept.sort(key=lambda e: (e.decode_tps is None, -(e.decode_tps or 0.0)))
-    return PlanReport(space=space.name, hardware=hardware.name, nodes=nodes, kept=kept, dropped=dropped)
+    return PlanReport(
+        space=space.name, hardware=hardware.name, nodes=nodes, gpus_per_node=hardware.gpus_per_node,
+        memory_gb_per_gpu=hardware.memory_gb_per_gpu, detected_on=hardware.detected_on, kept=kept, dropped=dropped,
+    )
 
 
 def dropped_estimate(candidate: Candidate, message: str) -> PlanEstimate:
