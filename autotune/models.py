@@ -1020,6 +1020,20 @@ class ProbeResult(Record):
 
 # ---------------------------------------------------------------- planner
 
+class DecodeBound(str, Enum):
+    """The term of the planner's one-stream decode step that takes the most time: what a change must
+    shrink to be faster (fp8 weights help a weights-bound step, not one bound by step overhead)."""
+
+    WEIGHTS = "weights"  # streaming the weights read per token from memory
+    KV_READ = "kv_read"  # reading the KV cache at the mean decode context
+    COMMUNICATION = "communication"  # tensor-parallel all-reduces
+    STEP_OVERHEAD = "step_overhead"  # the fixed per-step time (scheduling, launches, sampling)
+    COMPUTE = "compute"  # the step's FLOPs at the profile's peak; not part of the step time (see decode_terms_ms)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class PlanEstimate(Record):
     """What the planner predicts for one candidate. Memory in GB (1e9 bytes) per GPU, which is per
     node on one-GPU boxes."""
@@ -1043,6 +1057,13 @@ class PlanEstimate(Record):
     decode_tps: float | None = None
     prefill_tps: float | None = None
     spec_gain: float | None = None
+    decode_bound: DecodeBound | None = Field(None, description="the largest term of the decode step")
+    decode_terms_ms: dict[DecodeBound, float] = Field(
+        default_factory=dict,
+        description="ms per target step of each term; the step is weights + kv_read + communication + "
+        "step_overhead (compute is shown beside it: the roofline counts bytes, so a compute-bound step "
+        "makes decode_tps an upper bound)",
+    )
     unknown: list[str] = []
     assumptions: list[str] = []
 

@@ -14,7 +14,17 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.hardware.profiles import describe, describe_node
-from autotune.models import Candidate, FailureInfo, LaunchSpec, LearnedFailure, Objective, PlanReport, TrialResult
+from autotune.models import (
+    Candidate,
+    DecodeBound,
+    FailureInfo,
+    LaunchSpec,
+    LearnedFailure,
+    Objective,
+    PlanEstimate,
+    PlanReport,
+    TrialResult,
+)
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
 from autotune.study.relaunch_cost import relaunch_s
@@ -578,6 +588,24 @@ def _common(lists: list[list[str]]) -> list[str]:
     return [item for item in lists[0] if item in shared]
 
 
+_BOUND_WORDS = {
+    DecodeBound.WEIGHTS: "weights",
+    DecodeBound.KV_READ: "KV read",
+    DecodeBound.COMMUNICATION: "TP comm",
+    DecodeBound.STEP_OVERHEAD: "overhead",
+    DecodeBound.COMPUTE: "compute",
+}
+
+
+def plan_bound(est: PlanEstimate) -> str:
+    """`weights 64%`: the decode step's largest term and its share of the step ("-" when unknown)."""
+    if est.decode_bound is None:
+        return "-"
+    step = sum(v for k, v in est.decode_terms_ms.items() if k is not DecodeBound.COMPUTE)
+    share = est.decode_terms_ms[est.decode_bound] / step if step else 0.0
+    return f"{_BOUND_WORDS[est.decode_bound]} {share:.0%}"
+
+
 def render_plan_table(report: PlanReport) -> Table:
     """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
     terms shared by every row go to the caption; rows show what differs."""
@@ -589,6 +617,8 @@ def render_plan_table(report: PlanReport) -> Table:
         "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
         "usable: what the KV pool is carved from (vLLM: gpu_memory_utilization x GPU memory, pool = usable - "
         "weights - overhead; else the memory less the OS reserve)",
+        "bound: the largest term of the decode step and its share (weights, KV read, TP comm, per-step overhead; "
+        "compute: FLOPs at peak, an upper-bound warning)",
     ]
     if shared:
         caption.append("every candidate: " + " ".join(shared))
@@ -602,7 +632,7 @@ def render_plan_table(report: PlanReport) -> Table:
     )
     # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
     table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound", "prefill"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("note", overflow="fold", min_width=12)
     for est, words in zip(rows, tokens):
@@ -614,8 +644,8 @@ def render_plan_table(report: PlanReport) -> Table:
             notes = [u for u in est.unknown if u not in shared_unknown]
             if est.kv_pool_tokens is not None:
                 notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
-            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), _plan_fmt(est.prefill_tps, 0),
-                          "; ".join(notes))
+            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), plan_bound(est),
+                          _plan_fmt(est.prefill_tps, 0), "; ".join(notes))
         else:
-            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
+            table.add_row(label, layout, *memory, "-", "-", "-", f"dropped: {est.reason}", style="dim")
     return table
