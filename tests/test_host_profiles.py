@@ -150,3 +150,14 @@ def test_plan_usable_is_what_the_kv_pool_is_computed_from(capsys, one_h200):
     assert report["hardware"] == "h200" and report["gpus_per_node"] == 1
     assert report["memory_gb_per_gpu"] == pytest.approx(H200_GB, abs=0.01)
     assert report["kept"][0]["engine_budget_gb"] == pytest.approx(0.5 * H200_GB, abs=0.01)
+
+
+def test_the_search_forecast_says_what_a_node_is(one_h200):
+    from autotune.hardware.profiles import describe
+    from autotune.output.terminal import forecast_text
+    from autotune.study.forecast import RunForecast
+
+    line = describe(resolve_hardware("auto", detect()))
+    text = forecast_text(RunForecast(study="s", candidates_total=4, candidates_left=4, measured=0, trials=4,
+                                     confirm_rounds=0, trial_s=60.0, basis="guess", hardware=line))
+    assert text.endswith(f"hardware h200: 1 GPU per node, {H200_GB:.1f} GB (139.8 GiB) each, detected on this host")

@@ -1,8 +1,9 @@
 """FAKE: a stand-in GPU host where no GPU runs (CI, this VM).
 
 `h200_host` puts a stand-in `torch` package on the PYTHONPATH of the child process that
-autotune.hardware.device.detect starts; it answers as torch 2.11 does on H200 SXMs (the device properties a lent one-GPU H200 reported: 139.8 GiB,
-132 SMs, sm_90). Everything after the child's JSON runs for real."""
+autotune.hardware.device.detect starts; it answers as torch 2.11 does on H200 SXMs (the device
+properties a lent one-GPU H200 reported: 139.8 GiB, sm_90). Everything after the child's JSON
+runs for real."""
 
 from __future__ import annotations
 
