@@ -408,3 +408,17 @@ def test_the_plan_table_and_json_name_the_bound():
     share = report.kept[0].decode_terms_ms[DecodeBound.WEIGHTS] / _step_ms(report.kept[0])
     assert f"weights {share:.0%}" in text
     assert json.loads(report.model_dump_json())["kept"][0]["decode_bound"] == "weights"
+
+
+def test_the_plan_table_stays_readable_through_a_pipe():
+    from autotune.output.terminal import print_plan
+
+    space = SearchSpace.model_validate({
+        "name": "t", "engine": "vllm", "model": DENSE_8B, "fixed": {"max_model_len": 8192},
+        "knobs": [{"name": "quantization", "values": [None, "fp8"], "default": None}],
+    })
+    console = Console(record=True, width=80)  # what rich gives a pipe
+    print_plan(console, plan(space, list(enumerate_candidates(space)), get_profile("h200"), 1))
+    header = next(line for line in console.export_text().splitlines() if "TPxPP" in line)
+    assert "candidate" in header and "bound" in header and "note" in header
+    assert console.width == 80

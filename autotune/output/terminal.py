@@ -553,6 +553,9 @@ def print_isolations(console: Console, isolations: list[Any]) -> None:
         console.print(f"  {isolation.summary()}", markup=False, highlight=False)
 
 
+PLAN_MIN_WIDTH = 120
+
+
 def plan_hardware_line(report: PlanReport) -> str | None:
     """What a node of the plan is (a report read back from older JSON may not say)."""
     if report.gpus_per_node is None or report.memory_gb_per_gpu is None:
@@ -565,7 +568,14 @@ def print_plan(console: Console, plan_report: PlanReport) -> None:
     line = plan_hardware_line(plan_report)
     if line:
         console.print(line, markup=False, highlight=False)
-    console.print(render_plan_table(plan_report))
+    # never narrower than PLAN_MIN_WIDTH: squeezed below it (a pipe is 80 columns) rich drops the
+    # candidate and note columns whole; wider lines overflow instead, as soft-wrapped text does
+    width = console.width
+    console.width = max(width, PLAN_MIN_WIDTH)
+    try:
+        console.print(render_plan_table(plan_report))
+    finally:
+        console.width = width
     if plan_report.launch is not None:
         console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
         print_launch(console, plan_report.launch)
@@ -592,7 +602,7 @@ _BOUND_WORDS = {
     DecodeBound.WEIGHTS: "weights",
     DecodeBound.KV_READ: "KV read",
     DecodeBound.COMMUNICATION: "TP comm",
-    DecodeBound.STEP_OVERHEAD: "overhead",
+    DecodeBound.STEP_OVERHEAD: "per-step",
     DecodeBound.COMPUTE: "compute",
 }
 
@@ -617,7 +627,7 @@ def render_plan_table(report: PlanReport) -> Table:
         "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
         "usable: what the KV pool is carved from (vLLM: gpu_memory_utilization x GPU memory, pool = usable - "
         "weights - overhead; else the memory less the OS reserve)",
-        "bound: the largest term of the decode step and its share (weights, KV read, TP comm, per-step overhead; "
+        "bound: the largest term of the decode step and its share (weights, KV read, TP comm, per-step: the fixed time a step takes; "
         "compute: FLOPs at peak, an upper-bound warning)",
     ]
     if shared:
