@@ -2,8 +2,9 @@
 taken, a detected profile's GPU count and memory, a tensor parallel size beyond the host's GPUs
 refused before anything runs, and the plan's usable memory being what the KV pool comes from.
 
-The GPU host is a stand-in (tests/fakes/gpu_host.py: a fake `torch` in the device probe's child
-process, answering as one H200 does); this machine's own probe (no GPU) is the CPU host."""
+Both hosts are stand-ins (tests/fakes/gpu_host.py: a fake `torch` in the device probe's child
+process, answering as one H200 does, or failing to import as on a host without a GPU stack), so
+the tests say the same on any machine."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from autotune.cli import main
 from autotune.hardware.device import detect
 from autotune.hardware.profiles import GIB_IN_GB, resolve_hardware
 from autotune.space.candidates import load_space
-from tests.fakes.gpu_host import H200_TOTAL_BYTES, h200_host
+from tests.fakes.gpu_host import H200_TOTAL_BYTES, cpu_host, h200_host
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 H200_GB = round(H200_TOTAL_BYTES / 1e9, 2)  # 150.11 GB = 139.8 GiB
@@ -41,6 +42,11 @@ def one_h200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     h200_host(tmp_path, monkeypatch, count=1)
 
 
+@pytest.fixture
+def no_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu_host(tmp_path, monkeypatch)
+
+
 # ---------------------------------------------------------------- the stand-in and the profile
 
 
@@ -57,8 +63,8 @@ def test_a_named_profile_that_is_this_host_takes_its_gpus_and_memory(one_h200):
     assert profile.detected_on is not None
 
 
-def test_a_named_profile_elsewhere_stays_the_board():
-    profile = resolve_hardware("h200", detect())  # this machine has no H200
+def test_a_named_profile_elsewhere_stays_the_board(no_gpu):
+    profile = resolve_hardware("h200", detect())
     assert (profile.gpus_per_node, profile.memory_gb_per_gpu, profile.detected_on) == (8, 141.0, None)
 
 
@@ -85,7 +91,7 @@ def test_space_new_auto_takes_the_host(capsys, tmp_path, one_h200):
     assert "next: autotune plan --space" in out and "--hardware h200 --nodes 1" in out
 
 
-def test_space_new_auto_on_a_cpu_host_says_what_to_do(capsys, tmp_path):
+def test_space_new_auto_on_a_cpu_host_says_what_to_do(capsys, tmp_path, no_gpu):
     code, _, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path)), "--hardware", "auto")
     assert code == 2
     assert "unknown hardware profile" not in err
@@ -96,7 +102,7 @@ def test_space_new_auto_on_a_cpu_host_says_what_to_do(capsys, tmp_path):
 # ---------------------------------------------------------------- auto wherever a profile is taken
 
 
-def test_auto_on_a_cpu_host_works_for_plan_search_and_export(capsys, tmp_path):
+def test_auto_on_a_cpu_host_works_for_plan_search_and_export(capsys, tmp_path, no_gpu):
     code, out, err = run(capsys, "plan", "--space", "llamacpp-gemma3-270m", "--hardware", "auto", "--json")
     assert code == 0, err
     report = json.loads(out)

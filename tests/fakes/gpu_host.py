@@ -36,3 +36,11 @@ def h200_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int = 1) -
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(_TORCH.format(total=H200_TOTAL_BYTES, count=count))
     monkeypatch.setenv("PYTHONPATH", str(package.parent))
+
+
+def cpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process's device probe see no GPU (a torch that cannot be imported), on any machine."""
+    package = tmp_path / "fake_cpu_site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('no torch on this stand-in CPU host')\n")
+    monkeypatch.setenv("PYTHONPATH", str(package.parent))
