@@ -366,7 +366,7 @@ def plan(
 @space_app.command("new")
 def space_new(
     model: Annotated[str, typer.Option("--model", help="model directory holding config.json, or a config.json file")],
-    hardware: Annotated[str, typer.Option("--hardware", help="hardware profile the space is for (spark, h200, ...)")] = "spark",
+    hardware: Annotated[str, typer.Option("--hardware", help="hardware profile the space is for (spark, h200, ...) or auto")] = "spark",
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")] = 1,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here (never over a file)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="space name (default: <model dir>-<hardware><nodes>)")] = None,
@@ -388,10 +388,13 @@ def space_new(
     if output is None:
         console.print(made.text, markup=False, highlight=False, end="")
         errors.print(made.summary, markup=False, highlight=False)
+        errors.print(made.hardware, markup=False, highlight=False)
     else:
         console.print(f"{made.summary}; written to {output}", markup=False, highlight=False)
+        console.print(made.hardware, markup=False, highlight=False)
         console.print(
-            f"next: autotune plan --space {output} --hardware {hardware} --nodes {nodes}", markup=False, highlight=False
+            f"next: autotune plan --space {output} --hardware {made.space.hardware} --nodes {nodes}",
+            markup=False, highlight=False,
         )
 
 

@@ -70,6 +70,10 @@ class HardwareProfile(Strict):
         None, description="cores of this CPU host (detected under --hardware auto): decode on t threads "
         "streams t / cpu_cores of the memory bandwidth; None = no thread term",
     )
+    detected_on: str | None = Field(
+        None, description="the host whose GPU count and memory per GPU (a CPU host: memory and cores) "
+        "replaced the built-in figures: --hardware auto, or the named profile of the host it runs on",
+    )
     sources: list[str] = Field(default_factory=list)
 
 
@@ -1261,6 +1265,20 @@ class ProbeResult(Record):
 
 # ---------------------------------------------------------------- planner
 
+class DecodeBound(str, Enum):
+    """The term of the planner's one-stream decode step that takes the most time: what a change must
+    shrink to be faster (fp8 weights help a weights-bound step, not one bound by step overhead)."""
+
+    WEIGHTS = "weights"  # streaming the weights read per token from memory
+    KV_READ = "kv_read"  # reading the KV cache at the mean decode context
+    COMMUNICATION = "communication"  # tensor-parallel all-reduces
+    STEP_OVERHEAD = "step_overhead"  # the fixed per-step time (scheduling, launches, sampling)
+    COMPUTE = "compute"  # the step's FLOPs at the profile's peak; not part of the step time (see decode_terms_ms)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class PlanEstimate(Record):
     """What the planner predicts for one candidate. Memory in GB (1e9 bytes) per GPU, which is per
     node on one-GPU boxes."""
@@ -1273,14 +1291,24 @@ class PlanEstimate(Record):
     kv_gb: float | None
     overhead_gb: float
     total_gb: float
-    usable_gb: float
-    engine_budget_gb: float | None = None
+    usable_gb: float = Field(description="GPU memory (unified: node memory) less the OS reserve: what must hold total_gb")
+    engine_budget_gb: float | None = Field(
+        None, description="vLLM: gpu_memory_utilization x GPU memory, what the KV pool is carved from "
+        "(pool = budget - weights - overhead); the plan table's usable column shows it where it is set",
+    )
     kv_pool_tokens: int | None = None
     fits: bool
     reason: str | None = None
     decode_tps: float | None = None
     prefill_tps: float | None = None
     spec_gain: float | None = None
+    decode_bound: DecodeBound | None = Field(None, description="the largest term of the decode step")
+    decode_terms_ms: dict[DecodeBound, float] = Field(
+        default_factory=dict,
+        description="ms per target step of each term; the step is weights + kv_read + communication + "
+        "step_overhead (compute is shown beside it: the roofline counts bytes, so a compute-bound step "
+        "makes decode_tps an upper bound)",
+    )
     unknown: list[str] = []
     assumptions: list[str] = []
 
@@ -1301,6 +1329,9 @@ class PlanReport(Record):
     space: str
     hardware: str
     nodes: int
+    gpus_per_node: int | None = Field(None, description="GPUs of one node the plan is for (0: a CPU host)")
+    memory_gb_per_gpu: float | None = Field(None, description="memory per GPU (CPU host: per node) the plan used, GB")
+    detected_on: str | None = Field(None, description="set when the GPU count and memory are this host's")
     kept: list[PlanEstimate]
     dropped: list[PlanEstimate]
     launch: LaunchSpec | None = Field(None, description="the best-predicted candidate's launch, per node")

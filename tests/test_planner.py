@@ -12,7 +12,7 @@ from autotune.errors import ConfigError
 from autotune.planner.calibration import calibrate, fit_allreduce_step_us, fit_efficiency
 from autotune.hardware.profiles import get_profile
 from autotune.model.config import model_facts
-from autotune.models import Candidate, ModelSpec, SearchSpace, Workload
+from autotune.models import Candidate, DecodeBound, ModelSpec, SearchSpace, Workload
 from autotune.planner.roofline import PlanEstimate, estimate, fits_check, plan
 from autotune.output.terminal import render_plan_table
 from autotune.space.candidates import baseline, enumerate_candidates, load_space
@@ -347,3 +347,78 @@ def test_planner_against_the_published_minimax_numbers():
                                    gpu_memory_utilization=0.80)
     assert 24.4 <= spark1 <= 4 * 24.4
     assert 46.5 <= spark4 <= 4 * 46.5
+
+
+# ---------------------------------------------------------------- what bounds the decode step (issue 34, item 5)
+
+
+def _step_ms(est: PlanEstimate) -> float:
+    return sum(v for k, v in est.decode_terms_ms.items() if k is not DecodeBound.COMPUTE)
+
+
+def test_the_decode_terms_are_the_step_the_prediction_comes_from():
+    for est in (run(vllm_space(max_model_len=8192), hardware="spark"),
+                run(vllm_space(max_model_len=8192, spec_method="ngram"), hardware="h200", draft_k=4),
+                run(vllm_space(max_model_len=8192), hardware="spark", nodes=2)):
+        # tok/s = acceptance length / (step x drafting cost) = spec_gain / step
+        assert est.decode_tps == pytest.approx(est.spec_gain * 1000 / _step_ms(est), rel=1e-3)
+        assert est.decode_bound == max(est.decode_terms_ms, key=est.decode_terms_ms.get)
+
+
+def test_the_bound_says_why_fp8_weights_help_or_not():
+    # a dense 8B in bf16 on a Spark streams 16 GB per token at 273 GB/s: weights-bound, fp8 nearly doubles it
+    bf16 = run(vllm_space(max_model_len=8192), hardware="spark")
+    fp8 = run(vllm_space(max_model_len=8192), hardware="spark", quantization="fp8")
+    assert bf16.decode_bound is DecodeBound.WEIGHTS and fp8.decode_bound is DecodeBound.WEIGHTS
+    assert fp8.decode_tps > 1.8 * bf16.decode_tps
+    # Qwen3-30B-A3B reads ~3B params per token: on an H200 the fixed step time is the larger term,
+    # so fp8 weights are predicted to help far less
+    space = load_space("vllm-qwen3-30b-a3b-dummy")
+    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(ROOT / "model_shapes" / "qwen3-30b-a3b")})})
+    base = baseline(space)
+    moe = estimate(space, base, get_profile("h200"), 1)
+    moe_fp8 = estimate(space, base.model_copy(update={"params": {**base.params, "quantization": "fp8"}}), get_profile("h200"), 1)
+    assert moe.decode_bound is DecodeBound.STEP_OVERHEAD
+    assert moe_fp8.decode_tps < 1.4 * moe.decode_tps
+
+
+def test_kv_reads_communication_and_compute_can_each_bound_the_step():
+    small = {**DENSE_8B, "params_total_b": 1.0}
+    long_decode = vllm_space(small, max_model_len=262144).model_copy(update={"workload": Workload(decode_max_tokens=131072)})
+    assert run(long_decode, hardware="spark").decode_bound is DecodeBound.KV_READ
+    assert run(vllm_space(small, max_model_len=8192), hardware="spark", nodes=4).decode_bound is DecodeBound.COMMUNICATION
+    slow_math = get_profile("h200").model_copy(update={"bf16_tflops": 0.01})
+    est = estimate(vllm_space(max_model_len=8192), Candidate(engine="vllm", params={}), slow_math, 1)
+    assert est.decode_bound is DecodeBound.COMPUTE
+    assert any(a.startswith("compute-bound") for a in est.assumptions)
+    # compute is shown beside the step, never added to it: the prediction is the byte roofline's
+    assert est.decode_tps == pytest.approx(run(vllm_space(max_model_len=8192), hardware="h200").decode_tps)
+
+
+def test_the_plan_table_and_json_name_the_bound():
+    space = SearchSpace.model_validate({
+        "name": "t", "engine": "vllm", "model": DENSE_8B, "fixed": {"max_model_len": 8192},
+        "knobs": [{"name": "quantization", "values": [None, "fp8"], "default": None}],
+    })
+    report = plan(space, list(enumerate_candidates(space)), get_profile("spark"), 1)
+    console = Console(record=True, width=220)
+    console.print(render_plan_table(report))
+    text = console.export_text()
+    assert any("┃ candidate" in line and " bound " in line for line in text.splitlines())
+    share = report.kept[0].decode_terms_ms[DecodeBound.WEIGHTS] / _step_ms(report.kept[0])
+    assert f"weights {share:.0%}" in text
+    assert json.loads(report.model_dump_json())["kept"][0]["decode_bound"] == "weights"
+
+
+def test_the_plan_table_stays_readable_through_a_pipe():
+    from autotune.output.terminal import print_plan
+
+    space = SearchSpace.model_validate({
+        "name": "t", "engine": "vllm", "model": DENSE_8B, "fixed": {"max_model_len": 8192},
+        "knobs": [{"name": "quantization", "values": [None, "fp8"], "default": None}],
+    })
+    console = Console(record=True, width=80)  # what rich gives a pipe
+    print_plan(console, plan(space, list(enumerate_candidates(space)), get_profile("h200"), 1))
+    header = next(line for line in console.export_text().splitlines() if "TPxPP" in line)
+    assert "candidate" in header and "bound" in header and "note" in header
+    assert console.width == 80

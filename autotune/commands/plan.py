@@ -109,7 +109,7 @@ def _planned(
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
-    device = detect() if store is not None or (hardware or space.hardware) == "auto" else None
+    device = detect()  # `auto`, or a named profile this host is, takes the host's GPUs and memory
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)

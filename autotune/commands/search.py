@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable
 
 from autotune.commands.setup import predicted_order
+from autotune.hardware.profiles import describe
 from autotune.launchers.base import free_port
 from autotune.models import (
     ConfirmationLaunch,
@@ -233,4 +234,5 @@ def forecast(
         relaunches=relaunches,
         # the confirmation's rounds relaunch the baseline too (relaunch_baseline_for_noise tops up)
         noise_relaunches=max(0, noise_relaunches - confirm_rounds),
+        hardware=describe(plan.hardware),
     )

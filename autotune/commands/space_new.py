@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from autotune import __version__
 from autotune.model import config as model_config
 from autotune.errors import ConfigError
-from autotune.hardware.profiles import get_profile
+from autotune.hardware.device import detect
+from autotune.hardware.profiles import describe, resolve_hardware
 from autotune.model.config import config_file, text_fields
 from autotune.models import (
     CAPACITY_OBJECTIVE,
@@ -347,6 +348,7 @@ class NewSpace(BaseModel):
     space: SearchSpace
     text: str
     summary: str
+    hardware: str  # the line that says what a node is and whether the figures are this host's
 
 
 @dataclass
@@ -550,10 +552,11 @@ def _yaml(space: SearchSpace, header: list[str]) -> str:
 def new_space(
     model: str, hardware: str, nodes: int, name: str | None = None, objective: Objective | None = None
 ) -> NewSpace:
-    """A validated search space for the model whose config.json is at `model`, on nodes x hardware;
+    """A validated search space for the model whose config.json is at `model`, on nodes x hardware
+    (`auto`, or the named profile of this host: with this host's GPU count and memory per GPU);
     `objective` replaces the default (single-stream decode)."""
     cfg, model_dir = read_config(model)
-    profile = get_profile(hardware)
+    profile = resolve_hardware(hardware, detect())
     if profile.gpus_per_node == 0:
         raise ConfigError(
             f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
@@ -609,6 +612,7 @@ def new_space(
         f"config.json: {arch.summary()}.",
         f"Counted from the shapes: {params.total / 1e9:.1f}B parameters, {params.active / 1e9:.1f}B read per token; "
         f"checkpoint {ckpt.format} = {bits:.2f} bits/weight on average (embeddings and unquantized layers at 16).",
+        f"Hardware: {describe(profile)}.",
         f"Memory fit on {profile.name}: {fit_why}.",
         "Choices:",
         *(f"- {line}" for line in [*draft.why, style]),
@@ -623,7 +627,7 @@ def new_space(
         f"space {space.name}: {count_candidates(space)} candidates on {nodes} x {profile.name}; "
         f"{params.total / 1e9:.1f}B params ({ckpt.format}); {fit_why.split(':')[0]}"
     )
-    return NewSpace(space=space, text=text, summary=summary)
+    return NewSpace(space=space, text=text, summary=summary, hardware=f"hardware {describe(profile)}")
 
 
 def _json(path: Path) -> dict[str, Any]:

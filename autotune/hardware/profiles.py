@@ -100,23 +100,16 @@ def _cpu_profile(device: DeviceIdentity) -> HardwareProfile:
             "memory_gb_per_gpu": round(device.memory_total_gb * GIB_IN_GB, 2),
             "bf16_tflops": round(base.bf16_tflops * scale, 4),
             "cpu_cores": device.cpu_cores,
+            "detected_on": device.hostname,
             "sources": [*base.sources, f"memory and cores detected on {device.hostname}"],
         },
         deep=True,
     )
 
 
-def resolve_hardware(name: str, device: DeviceIdentity | None) -> HardwareProfile:
-    """`name` as a built-in profile, or with "auto" the profile that matches `device`.
-
-    auto: GB10 / sm_121 -> spark; sm_90 over 100 GB -> h200, else h100; sm_100 -> b200;
-    sm_120 with ~96 GB -> rtx-pro-6000; no GPU -> the cpu profile with this host's memory and
-    core count. The detected GPU count and memory replace the profile's.
-    """
-    if name != "auto":
-        return get_profile(name)
-    if device is None:
-        raise ConfigError("--hardware auto needs a device probe; run `autotune probe` or pass --hardware NAME")
+def _host_profile(device: DeviceIdentity) -> HardwareProfile:
+    """The built-in profile this host is, with its own GPU count and memory per GPU (a CPU host:
+    the cpu profile with its memory and cores); ConfigError for a GPU no profile describes."""
     if not device.gpus:
         return _cpu_profile(device)
     first = device.gpus[0]
@@ -128,19 +121,63 @@ def resolve_hardware(name: str, device: DeviceIdentity | None) -> HardwareProfil
         )
     same = [g for g in device.gpus if g.name == first.name]
     profile = get_profile(matched)
-    update: dict[str, Any] = {"gpus_per_node": len(same)}
+    update: dict[str, Any] = {"gpus_per_node": len(same), "detected_on": device.hostname}
     if first.total_memory_gb:
         update["memory_gb_per_gpu"] = round(first.total_memory_gb * GIB_IN_GB, 2)
-        update["sources"] = [*profile.sources, f"GPU count and memory detected on {device.hostname}"]
+    update["sources"] = [*profile.sources, f"GPU count and memory detected on {device.hostname}"]
     return profile.model_copy(update=update, deep=True)
+
+
+def resolve_hardware(name: str, device: DeviceIdentity | None) -> HardwareProfile:
+    """`name` as a built-in profile, or with "auto" the profile that matches `device`.
+
+    auto: GB10 / sm_121 -> spark; sm_90 over 100 GB -> h200, else h100; sm_100 -> b200;
+    sm_120 with ~96 GB -> rtx-pro-6000; no GPU -> the cpu profile with this host's memory and
+    core count. The detected GPU count and memory replace the profile's, and so they do for a
+    named profile that is what this host is (a one-GPU H200 is `h200` with 1 GPU per node, not
+    the 8-GPU HGX board the built-in figures describe). Without a device a named profile is
+    the built-in one.
+    """
+    if name == "auto":
+        if device is None:
+            raise ConfigError("--hardware auto needs a device probe; run `autotune probe` or pass --hardware NAME")
+        return _host_profile(device)
+    profile = get_profile(name)
+    if device is None:
+        return profile
+    try:
+        host = _host_profile(device)
+    except ConfigError:  # a GPU no profile describes is not the named one
+        return profile
+    return host if host.name == profile.name else profile
 
 
 def is_this_host(profile: HardwareProfile, device: DeviceIdentity) -> bool:
     """Whether `profile` is what this host is (so this host's probe results speak for it)."""
     try:
-        return resolve_hardware("auto", device).name == profile.name
+        return _host_profile(device).name == profile.name
     except ConfigError:
         return False
+
+
+def describe(profile: HardwareProfile) -> str:
+    """One line saying what a node of `profile` is and where the figures come from."""
+    return describe_node(profile.name, profile.gpus_per_node, profile.memory_gb_per_gpu, profile.detected_on,
+                         profile.cpu_cores)
+
+
+def describe_node(name: str, gpus_per_node: int, memory_gb: float, detected_on: str | None,
+                  cpu_cores: int | None = None) -> str:
+    """`h200: 1 GPU per node, 150.1 GB (139.8 GiB) each, detected on this host`, or the built-in
+    profile's figures, said as such (memory in GB = 1e9 bytes, as the planner counts, and in GiB,
+    as the driver and vLLM's logs say)."""
+    size = f"{memory_gb:.1f} GB ({memory_gb / GIB_IN_GB:.1f} GiB)"
+    where = "detected on this host" if detected_on else "the built-in profile's figures, not this host's"
+    if gpus_per_node == 0:
+        cores = f", {cpu_cores} cores" if cpu_cores else ""
+        return f"{name}: no GPU, {size} of host memory{cores}, {where}"
+    plural = "s" if gpus_per_node != 1 else ""
+    return f"{name}: {gpus_per_node} GPU{plural} per node, {size} each, {where}"
 
 
 # ---------------------------------------------------------------- parallel layout
@@ -191,5 +228,6 @@ def parallel_layout(
             f"--nodes {nodes} on {hardware.name} gives {total} {devices}{'s' if total != 1 else ''} but "
             f"tensor_parallel_size={tp} x pipeline_parallel_size={pp} uses {used}; "
             f"make their product{need} {total}"
+            + (f" ({describe(hardware)})" if hardware.detected_on else "")
         )
     return tp, pp

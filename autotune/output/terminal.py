@@ -13,7 +13,18 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from autotune.models import Candidate, FailureInfo, LaunchSpec, LearnedFailure, Objective, PlanReport, TrialResult
+from autotune.hardware.profiles import describe, describe_node
+from autotune.models import (
+    Candidate,
+    DecodeBound,
+    FailureInfo,
+    LaunchSpec,
+    LearnedFailure,
+    Objective,
+    PlanEstimate,
+    PlanReport,
+    TrialResult,
+)
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
 from autotune.study.relaunch_cost import relaunch_s
@@ -275,6 +286,7 @@ def forecast_text(plan: RunForecast) -> str:
         f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
         f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
         f"{plan.basis}{gates}){sooner}"
+        + (f"\n  hardware {plan.hardware}" if plan.hardware else "")
     )
 
 
@@ -500,6 +512,7 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
         f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
         f"(hardware {plan.hardware.name} x{plan.nodes}); nothing is launched"
     )
+    console.print(f"hardware {describe(plan.hardware)}", markup=False, highlight=False)
     cluster = plan.ctx.cluster
     if cluster is not None and is_placeholder(cluster):
         console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
@@ -585,8 +598,29 @@ def print_isolations(console: Console, isolations: list[Any]) -> None:
         console.print(f"  {isolation.summary()}", markup=False, highlight=False)
 
 
+PLAN_MIN_WIDTH = 120
+
+
+def plan_hardware_line(report: PlanReport) -> str | None:
+    """What a node of the plan is (a report read back from older JSON may not say)."""
+    if report.gpus_per_node is None or report.memory_gb_per_gpu is None:
+        return None
+    return "hardware " + describe_node(report.hardware, report.gpus_per_node, report.memory_gb_per_gpu,
+                                       report.detected_on)
+
+
 def print_plan(console: Console, plan_report: PlanReport) -> None:
-    console.print(render_plan_table(plan_report))
+    line = plan_hardware_line(plan_report)
+    if line:
+        console.print(line, markup=False, highlight=False)
+    # never narrower than PLAN_MIN_WIDTH: squeezed below it (a pipe is 80 columns) rich drops the
+    # candidate and note columns whole; wider lines overflow instead, as soft-wrapped text does
+    width = console.width
+    console.width = max(width, PLAN_MIN_WIDTH)
+    try:
+        console.print(render_plan_table(plan_report))
+    finally:
+        console.width = width
     if plan_report.launch is not None:
         console.print("[bold]launch of the best-predicted candidate[/] (nothing is started):")
         print_launch(console, plan_report.launch)
@@ -609,6 +643,24 @@ def _common(lists: list[list[str]]) -> list[str]:
     return [item for item in lists[0] if item in shared]
 
 
+_BOUND_WORDS = {
+    DecodeBound.WEIGHTS: "weights",
+    DecodeBound.KV_READ: "KV read",
+    DecodeBound.COMMUNICATION: "TP comm",
+    DecodeBound.STEP_OVERHEAD: "per-step",
+    DecodeBound.COMPUTE: "compute",
+}
+
+
+def plan_bound(est: PlanEstimate) -> str:
+    """`weights 64%`: the decode step's largest term and its share of the step ("-" when unknown)."""
+    if est.decode_bound is None:
+        return "-"
+    step = sum(v for k, v in est.decode_terms_ms.items() if k is not DecodeBound.COMPUTE)
+    share = est.decode_terms_ms[est.decode_bound] / step if step else 0.0
+    return f"{_BOUND_WORDS[est.decode_bound]} {share:.0%}"
+
+
 def render_plan_table(report: PlanReport) -> Table:
     """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
     terms shared by every row go to the caption; rows show what differs."""
@@ -616,7 +668,13 @@ def render_plan_table(report: PlanReport) -> Table:
     tokens = [est.label.split(" ") for est in rows]
     shared = _common(tokens)
     shared_unknown = _common([est.unknown for est in report.kept])
-    caption = ["memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown"]
+    caption = [
+        "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
+        "usable: what the KV pool is carved from (vLLM: gpu_memory_utilization x GPU memory, pool = usable - "
+        "weights - overhead; else the memory less the OS reserve)",
+        "bound: the largest term of the decode step and its share (weights, KV read, TP comm, per-step: the fixed time a step takes; "
+        "compute: FLOPs at peak, an upper-bound warning)",
+    ]
     if shared:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
@@ -629,19 +687,20 @@ def render_plan_table(report: PlanReport) -> Table:
     )
     # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
     table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "prefill"):
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound", "prefill"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("note", overflow="fold", min_width=12)
     for est, words in zip(rows, tokens):
         label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
         layout = f"{est.tp}x{est.pp}" if est.tp else "-"
-        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, est.usable_gb)]
+        usable = est.engine_budget_gb if est.engine_budget_gb is not None else est.usable_gb
+        memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, usable)]
         if est.fits:
             notes = [u for u in est.unknown if u not in shared_unknown]
             if est.kv_pool_tokens is not None:
                 notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
-            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), _plan_fmt(est.prefill_tps, 0),
-                          "; ".join(notes))
+            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), plan_bound(est),
+                          _plan_fmt(est.prefill_tps, 0), "; ".join(notes))
         else:
-            table.add_row(label, layout, *memory, "-", "-", f"dropped: {est.reason}", style="dim")
+            table.add_row(label, layout, *memory, "-", "-", "-", f"dropped: {est.reason}", style="dim")
     return table

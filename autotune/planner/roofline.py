@@ -31,6 +31,7 @@ from autotune.hardware.profiles import parallel_layout
 from autotune.model.config import ModelFacts, model_facts
 from autotune.models import (
     Candidate,
+    DecodeBound,
     HardwareProfile,
     PlanEstimate,
     PlanReport,
@@ -326,11 +327,7 @@ def _allreduce_s(tp: int, hardware: HardwareProfile, facts: ModelFacts, notes: _
 
 
 def _prefill_tflops(params: Knobs, hardware: HardwareProfile, notes: _Notes) -> float:
-    quant = params.get("quantization")
-    precision = COMPUTE_PRECISION.get(str(quant), "bf16") if quant else "bf16"
-    if params.get("moe_backend") == "marlin":
-        precision = "bf16"
-    tflops = {"fp8": hardware.fp8_tflops, "fp4": hardware.fp4_tflops}.get(precision)
+    precision, tflops = _compute_precision(params, hardware)
     if precision != "bf16" and tflops is None:
         notes.assume(f"{hardware.name} has no {precision} tensor cores: prefill at bf16")
         precision, tflops = "bf16", None
@@ -419,13 +416,47 @@ def _fit_reason(case: _Case, mem: _Memory) -> str | None:
     return None
 
 
-def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
-    """(decode tok/s of one stream, speculative gain); None when the weights read is unknown."""
+@dataclass(frozen=True)
+class _Decode:
+    tps: float | None = None  # one stream
+    gain: float | None = None  # speculative decoding
+    terms_s: dict[DecodeBound, float] = field(default_factory=dict)  # per target step
+
+    @property
+    def bound(self) -> DecodeBound | None:
+        return max(self.terms_s, key=lambda k: self.terms_s[k]) if self.terms_s else None
+
+
+def _compute_precision(params: Knobs, hardware: HardwareProfile) -> tuple[str, float | None]:
+    """(tensor-core precision the linear layers run in, its TFLOPS or None when the GPU has none)."""
+    quant = params.get("quantization")
+    precision = COMPUTE_PRECISION.get(str(quant), "bf16") if quant else "bf16"
+    if params.get("moe_backend") == "marlin":
+        precision = "bf16"
+    tflops = {"fp8": hardware.fp8_tflops, "fp4": hardware.fp4_tflops, "bf16": hardware.bf16_tflops}[precision]
+    return precision, tflops
+
+
+def _decode_compute_s(case: _Case, verified: int) -> float | None:
+    """The FLOPs of one decode step (2 x active params per verified token) at the profile's peak;
+    None when the active parameter count is unknown."""
+    model = case.model
+    active_b = model.params_active_b or (None if model.is_moe else model.params_total_b)
+    if not active_b:
+        return None
+    _, tflops = _compute_precision(case.params, case.hardware)
+    tflops = tflops or case.hardware.bf16_tflops
+    return 2 * active_b * 1e9 * verified / (tflops * 1e12 * case.tp)
+
+
+def _decode(case: _Case, mem: _Memory) -> _Decode:
+    """Decode tok/s of one stream, the speculative gain and the step's terms; empty when the
+    weights read is unknown."""
     model, hardware, notes, tp, pp = case.model, case.hardware, case.notes, case.tp, case.pp
     fraction = _active_fraction(model, notes)
     length, cost, expert_factor = _spec(case.engine, case.params, model, notes)
     if mem.weights is None or fraction is None:
-        return None, None
+        return _Decode()
     share = _expert_share(model)
     read_weights = mem.weights * fraction * ((1 - share) + share * expert_factor) / tp
     if mem.kept16 and model.params_total_b:
@@ -464,10 +495,22 @@ def _decode(case: _Case, mem: _Memory) -> tuple[float | None, float | None]:
         notes.assume(f"no fitted {what + ' ' if what else ''}per-step overhead for {hardware.name} (counted as 0)")
     else:
         notes.assume(f"fixed {what + ' ' if what else ''}step overhead {overhead_ms:g} ms for {hardware.name}")
-    step_s = (
-        (read_weights + read_kv) / bandwidth / efficiency + _allreduce_s(tp, hardware, model, notes) + overhead_s
-    )
-    return length / (step_s * cost), length / cost
+    comm_s = _allreduce_s(tp, hardware, model, notes)
+    step_s = (read_weights + read_kv) / bandwidth / efficiency + comm_s + overhead_s
+    terms = {
+        DecodeBound.WEIGHTS: read_weights / bandwidth / efficiency,
+        DecodeBound.KV_READ: read_kv / bandwidth / efficiency,
+        DecodeBound.COMMUNICATION: comm_s,
+        DecodeBound.STEP_OVERHEAD: overhead_s,
+    }
+    k = int(case.params.number("draft_k") or 0) if length > 1 else 0
+    compute_s = _decode_compute_s(case, k + 1)
+    if compute_s is not None:
+        terms[DecodeBound.COMPUTE] = compute_s
+        if compute_s > max(v for key, v in terms.items() if key is not DecodeBound.COMPUTE):
+            notes.assume("compute-bound: the step's FLOPs at peak take longer than its memory reads; "
+                         "the roofline counts bytes, so decode is an upper bound")
+    return _Decode(tps=length / (step_s * cost), gain=length / cost, terms_s=terms)
 
 
 def _prefill(case: _Case) -> float | None:
@@ -507,7 +550,7 @@ def estimate(
     )
     mem = _memory(case)
     reason = _fit_reason(case, mem)
-    decode, gain = _decode(case, mem)
+    decode = _decode(case, mem)
     prefill = _prefill(case)
     notes = case.notes
     return PlanEstimate(
@@ -524,9 +567,11 @@ def estimate(
         kv_pool_tokens=mem.pool_tokens,
         fits=reason is None,
         reason=reason,
-        decode_tps=_round(decode),
+        decode_tps=_round(decode.tps),
         prefill_tps=_round(prefill, 1),
-        spec_gain=_round(gain, 3),
+        spec_gain=_round(decode.gain, 3),
+        decode_bound=decode.bound,
+        decode_terms_ms={k: round(v * 1000, 4) for k, v in decode.terms_s.items()},
         unknown=notes.unknown,
         assumptions=notes.assumptions,
     )
@@ -570,7 +615,10 @@ def plan(
     if refused and len(refused) == len(dropped) and not kept:
         raise refused[0]
     kept.sort(key=lambda e: (e.decode_tps is None, -(e.decode_tps or 0.0)))
-    return PlanReport(space=space.name, hardware=hardware.name, nodes=nodes, kept=kept, dropped=dropped)
+    return PlanReport(
+        space=space.name, hardware=hardware.name, nodes=nodes, gpus_per_node=hardware.gpus_per_node,
+        memory_gb_per_gpu=hardware.memory_gb_per_gpu, detected_on=hardware.detected_on, kept=kept, dropped=dropped,
+    )
 
 
 def dropped_estimate(candidate: Candidate, message: str) -> PlanEstimate:

@@ -37,6 +37,7 @@ class RunForecast(BaseModel):
     gates_s: float | None = None  # what the gates add to a launch
     relaunches: int = 0  # gates relaunches of the final best (gates at the end)
     noise_relaunches: int = 0  # decode-only relaunches of the baseline beyond the confirmation's
+    hardware: str | None = None  # what a node is and whether the figures are this host's (hardware.profiles.describe)
 
     @property
     def launches(self) -> int:
