@@ -29,8 +29,10 @@ from autotune.output.recipe import recipe_from_trial
 from autotune.space.candidates import baseline, load_space
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = ["qwen3-30b-a3b", "gpt-oss-20b", "minimax-m2-12l"]
+SHAPES = ["qwen3-30b-a3b", "gpt-oss-20b", "minimax-m2-12l", "llama3.1-8b", "llama3.1-70b-40l"]
 SPACES = {
+    "llama3.1-8b": str(ROOT / "benchmarks/spaces/vllm-llama3.1-8b-dense.yaml"),
+    "llama3.1-70b-40l": str(ROOT / "benchmarks/spaces/vllm-llama3.1-70b-40l-dense.yaml"),
     "qwen3-30b-a3b": "vllm-qwen3-30b-a3b-dummy",
     "gpt-oss-20b": "vllm-gpt-oss-20b-dummy",
     "minimax-m2-12l": "vllm-minimax-m2-12l-dummy",
@@ -74,6 +76,17 @@ def test_the_public_shapes_count_what_their_publishers_say():
     assert oss[0] / 1e9 == pytest.approx(20.9, rel=0.01) and oss[1] / 1e9 == pytest.approx(3.6, rel=0.01)
     total, active = ms.count_params(full_minimax)
     assert total / 1e9 == pytest.approx(229, rel=0.01) and active / 1e9 == pytest.approx(10.4, rel=0.01)
+
+
+def test_a_dense_shape_counts_its_mlp_in_every_layer():
+    # Llama 3.1 "8B" (8.03B) and "70B" (70.6B): a dense MLP is one expert that every token uses
+    eight = ms.count_params(ms.read_config(shape_dir("llama3.1-8b")))
+    full_70b = {**ms.read_config(shape_dir("llama3.1-70b-40l")), "num_hidden_layers": 80}
+    seventy = ms.count_params(full_70b)
+    assert eight[0] / 1e9 == pytest.approx(8.03, rel=0.01)
+    assert seventy[0] / 1e9 == pytest.approx(70.6, rel=0.01)
+    # active: every weight but the embedding table (one row per token is read)
+    assert eight[1] == eight[0] - 128256 * 4096
 
 
 # ---------------------------------------------------------------- generated tokenizer

@@ -68,9 +68,10 @@ def shape_info(path: Path) -> ShapeInfo:
 
 
 def count_params(cfg: dict) -> tuple[int, int]:
-    """(total, active per token) parameters of a decoder-only MoE config (Qwen3-MoE, gpt-oss,
-    MiniMax-M2 field names). Counts attention and expert projections, routers, embeddings and the
-    LM head; norms and biases are left out (< 0.1 %)."""
+    """(total, active per token) parameters of a decoder-only config, MoE (Qwen3-MoE, gpt-oss,
+    MiniMax-M2 field names) or dense (Llama: its MLP is one expert every token uses, no router).
+    Counts attention and expert projections, routers, embeddings and the LM head; norms and biases
+    are left out (< 0.1 %)."""
     hidden = cfg["hidden_size"]
     layers = cfg["num_hidden_layers"]
     heads = cfg["num_attention_heads"]
@@ -82,7 +83,9 @@ def count_params(cfg: dict) -> tuple[int, int]:
     vocab = cfg["vocab_size"]
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
     per_expert = 3 * hidden * expert_inter  # gate, up, down
-    router = hidden * experts
+    router = hidden * experts  # none in a dense model
+    if experts == 0:
+        experts = top_k = 1
     embed = vocab * hidden
     lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
     total = layers * (attention + router + experts * per_expert) + embed + lm_head
