@@ -55,7 +55,7 @@ YAML
 watch_trials() {  # $1: the search's output file; a teardown note between trials
   local seen=0 n
   while sleep 2; do
-    n=$(grep -c '^trial .* (#[0-9]*)' "$1" 2>/dev/null || echo 0)
+    n=$(grep -c "^trial .* (#[0-9]*)" "$1" 2>/dev/null); n=${n:-0}
     if (( n > seen + 1 )); then teardown_check "between trials $seen and $((seen + 1))" || true; fi
     seen=$(( n > 0 ? n - 1 : 0 )); pgrep -f "autotune search" > /dev/null || break
   done
