@@ -1251,6 +1251,34 @@ class HostFingerprint(Record):
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
+class ChoicesStatus(str, Enum):
+    """Whether a space's knob values were held against what the installed engine accepts."""
+
+    CHECKED = "checked"  # every value is one this engine version accepts
+    NOT_INSTALLED = "not_installed"  # no engine here to ask (a plan or a dry run on a laptop)
+    UNREADABLE = "unreadable"  # the engine is here, but reading its choices failed
+    NOTHING_TO_CHECK = "nothing_to_check"  # the engine states no choices (llama.cpp)
+
+
+class ChoicesCheck(Record):
+    """The outcome of checking a space's knob values against the installed engine's choices
+    (a refused value is an error, not a ChoicesCheck)."""
+
+    status: ChoicesStatus
+    engine: str
+    engine_version: str | None = None
+    detail: str = Field("", description="why the values were not checked")
+
+    def note(self) -> str | None:
+        """One line for the user when the values went unchecked; None when checked or nothing to check."""
+        if self.status == ChoicesStatus.NOT_INSTALLED:
+            return f"{self.engine} is not installed here: knob values not checked against its choices"
+        if self.status == ChoicesStatus.UNREADABLE:
+            return (f"{self.engine} {self.engine_version}: knob values not checked, its choices could not be "
+                    f"read ({self.detail})")
+        return None
+
+
 class ProbeResult(Record):
     feature: str = Field(description="e.g. 'kv_cache_dtype=fp8' or 'kernel:fp8_scaled_mm_rowwise'")
     status: ProbeStatus
@@ -1336,6 +1364,7 @@ class PlanReport(Record):
     dropped: list[PlanEstimate]
     launch: LaunchSpec | None = Field(None, description="the best-predicted candidate's launch, per node")
     hosts_note: str | None = Field(None, description="set when the launch is rendered for placeholder hosts")
+    choices: ChoicesCheck | None = Field(None, description="the knob values against the installed engine's choices")
 
 
 # ---------------------------------------------------------------- recipe

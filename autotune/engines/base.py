@@ -17,6 +17,8 @@ from typing import ClassVar, Protocol
 from autotune.errors import ConfigError
 from autotune.models import (
     Candidate,
+    ChoicesCheck,
+    ChoicesStatus,
     Cluster,
     FailureInfo,
     LaunchSpec,
@@ -160,6 +162,13 @@ class Engine(ABC):
     def preflight(self, space: SearchSpace) -> None:
         """Checks against the installed engine before any launch (e.g. flag names); raise
         ConfigError when the space asks for something this engine version does not have."""
+
+    def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
+        """Hold every knob value of `space` against what the installed engine accepts (read from
+        the engine, cached per version and host fingerprint `host_key`); raise ConfigError naming
+        the value, the knob, the version and its choices. An engine that cannot be asked says so in
+        the returned check and nothing is refused."""
+        return ChoicesCheck(status=ChoicesStatus.NOTHING_TO_CHECK, engine=self.name, engine_version=self.version())
 
     def plugin_args(self, params: dict[str, Scalar]) -> list[str]:
         """FLAG VALUE for every plugin knob the candidate sets (None = left out)."""
