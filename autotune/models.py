@@ -35,6 +35,43 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# ---------------------------------------------------------------- speculative decoding that drafts for real
+
+#: why a launch that fakes speculative acceptance is refused (vLLM's `rejection_sample_method:
+#: synthetic`, with `synthetic_acceptance_length` / `synthetic_acceptance_rates`; published recipes use it)
+SYNTHETIC_ACCEPTANCE_WHY = (
+    "sets synthetic speculative acceptance: drafts are accepted at a set rate instead of being verified by "
+    "the target model, so the speed it yields measures no real drafting; remove it"
+)
+
+
+def synthetic_acceptance(name: str, value: object) -> str | None:
+    """The synthetic-acceptance setting that `name: value` makes, searched inside a JSON object (a
+    `--speculative-config` value) or mapping too, as "key: value"; None when it makes none."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if isinstance(value, dict):
+        return next((found for k, v in value.items() if (found := synthetic_acceptance(str(k), v))), None)
+    key = name.lower().lstrip("-").replace("-", "_")
+    faked = isinstance(value, str) and value.lower() == "synthetic" and ("sample" in key or "accept" in key)
+    return f"{name}: {value}" if "synthetic" in key or faked else None
+
+
+def synthetic_in_argv(argv: list[str]) -> str | None:
+    """The synthetic-acceptance setting an argv passes (`--flag VALUE` or `--flag=VALUE`), or None."""
+    for i, arg in enumerate(argv):
+        flag, sep, value = arg.partition("=")
+        if not flag.startswith("-"):
+            continue
+        found = synthetic_acceptance(flag, value if sep else (argv[i + 1] if i + 1 < len(argv) else ""))
+        if found:
+            return found
+    return None
+
+
 # ---------------------------------------------------------------- hardware and model facts
 
 
@@ -1441,6 +1478,15 @@ class Recipe(Record):
         None, description="objective capacity_at_slo: the SLO the capacity was measured under and every level probed"
     )
     provenance: Provenance
+
+    @model_validator(mode="after")
+    def _drafts_for_real(self) -> Recipe:
+        for node in self.launch.nodes:
+            found = synthetic_in_argv(node.argv) or next(
+                (f for k, v in node.env.items() if (f := synthetic_acceptance(k, v))), None)
+            if found:
+                raise ValueError(f"{found} {SYNTHETIC_ACCEPTANCE_WHY}")
+        return self
 
     @model_validator(mode="after")
     def _never_mixed(self) -> Recipe:

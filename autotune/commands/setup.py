@@ -197,8 +197,8 @@ def prepare(
     launcher: str | None = None,
 ) -> SearchPlan:
     space = load_space(space_name)
-    first = parse_tries(space, tries or [])
     engine = get_engine(space.engine).use_space(space)
+    first = parse_tries(space, tries or [])  # a --try takes values of the space: checked with it
     if not dry_run:
         engine.check_available()
         engine.preflight(space)

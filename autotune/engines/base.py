@@ -24,9 +24,11 @@ from autotune.models import (
     LaunchSpec,
     ModelSpec,
     ProbeResult,
+    SYNTHETIC_ACCEPTANCE_WHY,
     ReadyRequest,
     Scalar,
     SearchSpace,
+    synthetic_acceptance,
 )
 from autotune.engines.signatures import classify
 
@@ -238,7 +240,13 @@ class Engine(ABC):
         return str(method) if method is not None else self.default_spec_method
 
     def validate_space(self, space: SearchSpace) -> None:
-        """Refuse knobs this engine cannot render, with the list of the ones it can."""
+        """Refuse synthetic speculative acceptance (it measures no real drafting), then knobs this
+        engine cannot render, with the list of the ones it can."""
+        settings = [*space.fixed.items(), *space.env.items(),
+                    *((k.name, v) for k in space.knobs for v in k.values)]
+        found = next((f for name, value in settings if (f := synthetic_acceptance(name, value))), None)
+        if found:
+            raise ConfigError(f"space {space.name!r}: {found} {SYNTHETIC_ACCEPTANCE_WHY}")
         named = {k.name for k in space.knobs if k.kind == "arg"} | set(space.fixed)
         unknown = sorted(named - self.knobs - set(space.plugin_flags))
         if unknown:
