@@ -237,3 +237,11 @@ def test_the_plan_json_carries_the_check(cache, tmp_path, monkeypatch, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["choices"] == {"status": ChoicesStatus.CHECKED.value, "engine": "vllm", "engine_version": "0.33.0",
                                  "detail": ""}
+
+
+def test_probe_refuses_a_value_the_version_lacks_before_runs_db_opens(cache, tmp_path, monkeypatch, capsys):
+    install_fake(tmp_path, monkeypatch, "0.26.0")
+    db = tmp_path / "runs.db"
+    assert main(["probe", "--space", str(write_space(tmp_path)), "--db", str(db)]) == 2
+    assert "kv_cache_dtype=nvfp4_4over6 is not accepted by vLLM 0.26.0" in capsys.readouterr().err
+    assert not db.exists()

@@ -100,6 +100,7 @@ class ProbeRequest:
     logs_dir: Path
     space_name: str | None = None  # launch first what this space uses
     stored: tuple[ProbeResult, ...] = ()  # a resume: what an earlier probe stored for this host
+    host_key: str | None = None  # the host fingerprint the engine's choices are cached under
 
 
 class Engine(ABC):
