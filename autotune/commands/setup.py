@@ -209,6 +209,8 @@ def prepare(
             raise
         model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
     device = detect()
+    host = host_fingerprint(device, engine)
+    choices = engine.check_values(space, host.key())  # a value this engine version refuses: exit 2 here
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
@@ -231,8 +233,6 @@ def prepare(
     ctx.check_launchable(baseline(space))  # a launch the launcher cannot run: refused here, not a crash
     if node_count > 1 and not dry_run:
         ctx = ctx.model_copy(update={"nccl": checked_nccl(ctx, engine, baseline(space), kept)})
-    host = host_fingerprint(device, engine)
-    choices = engine.check_values(space, host.key())  # a value this engine version refuses: exit 2 here
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
     else:
