@@ -245,3 +245,35 @@ def test_probe_refuses_a_value_the_version_lacks_before_runs_db_opens(cache, tmp
     assert main(["probe", "--space", str(write_space(tmp_path)), "--db", str(db)]) == 2
     assert "kv_cache_dtype=nvfp4_4over6 is not accepted by vLLM 0.26.0" in capsys.readouterr().err
     assert not db.exists()
+
+
+def test_a_quantization_method_a_plugin_may_register_is_let_through_only_where_a_plugin_is_installed():
+    """vLLM plugins register quantization methods when vLLM starts (the spark1 space's `exl3`
+    comes from vllm-exl3), so the static list holds them only where no plugin is installed."""
+    stock = recorded("0.26.0")
+    why = refusal("quantization", "exl3", "--quantization", stock)
+    assert why is not None and why.startswith("quantization=exl3 is not accepted by vLLM 0.26.0 (no vLLM plugin installed")
+    plugged = stock.model_copy(update={"general_plugins": ["exl3"]})
+    assert refusal("quantization", "exl3", "--quantization", plugged) is None
+    assert refusal("quantization", "fbgemm_fp8", "--quantization", plugged) is not None  # deprecated stays refused
+    assert refusal("kv_cache_dtype", "nvfp4_4over6", "--kv-cache-dtype", plugged) is not None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_shipped_vllm_space_passes_both_versions_or_needs_its_plugin(version):
+    """What a user runs on a stock install: every shipped space's values are ones the version
+    accepts, but the spark1 seed recipe's EXL3 quantization, which needs the vllm-exl3 plugin."""
+    from autotune.space.candidates import load_space
+
+    root = Path(__file__).resolve().parents[1]
+    refused = {}
+    for path in sorted([*(root / "search_spaces").glob("*.yaml"), *(root / "benchmarks" / "spaces").glob("*.yaml")]):
+        s = load_space(str(path))
+        if s.engine != "vllm":
+            continue
+        try:
+            check_values(s, recorded(version), VALUE_FLAGS)
+        except ConfigError as exc:
+            refused[path.name] = str(exc)
+    assert list(refused) == ["minimax-m3.1-flash-spark1.yaml"], refused
+    assert "quantization=exl3" in refused["minimax-m3.1-flash-spark1.yaml"]

@@ -63,6 +63,8 @@ try:
     from vllm.model_executor.layers.quantization import DEPRECATED_QUANTIZATION_METHODS as deprecated
 except ImportError:
     deprecated = []
+from importlib.metadata import entry_points
+plugins = sorted({ep.name for ep in entry_points(group="vllm.general_plugins")})
 print(json.dumps({
     "version": vllm.__version__,
     "flags": flags,
@@ -71,6 +73,7 @@ print(json.dumps({
     "kv_cache_dtypes": literal("vllm.config.cache", "CacheDType"),
     "quantization_methods": literal("vllm.model_executor.layers.quantization", "QuantizationMethods"),
     "deprecated_quantization_methods": sorted(deprecated),
+    "general_plugins": plugins,
     "speculative_methods": literal("vllm.config.speculative", "SpeculativeMethod"),
     "moe_backends": literal("vllm.config.kernel", "MoEBackend"),
     "linear_backends": literal("vllm.config.kernel", "LinearBackend"),
@@ -97,6 +100,11 @@ class EngineChoices(BaseModel):
     kv_cache_dtypes: list[str]
     quantization_methods: list[str]
     deprecated_quantization_methods: list[str] = Field(default_factory=list)
+    general_plugins: list[str] = Field(
+        default_factory=list,
+        description="vLLM plugins installed (entry points `vllm.general_plugins`); one may register a "
+        "quantization method at start, which the method list above cannot hold",
+    )
     speculative_methods: list[str]
     moe_backends: list[str]
     linear_backends: list[str]

@@ -56,7 +56,10 @@ def refusal(knob: str, value: Scalar, flag: str | None, choices: EngineChoices) 
     text = str(value)
     known = {c.upper() for c in listed} if knob in ANY_CASE else set(listed)
     if (text.upper() if knob in ANY_CASE else text) not in known:
-        return f"{knob}={text} is not accepted by vLLM {choices.version}: choices are {', '.join(listed)}"
+        if knob == "quantization" and choices.general_plugins:
+            return None  # an installed plugin may register it when vLLM starts (vllm-exl3's `exl3`)
+        unplugged = " (no vLLM plugin installed to register it)" if knob == "quantization" else ""
+        return f"{knob}={text} is not accepted by vLLM {choices.version}{unplugged}: choices are {', '.join(listed)}"
     if knob == "quantization" and text in choices.deprecated_quantization_methods:
         return (f"quantization={text} is deprecated in vLLM {choices.version}, which refuses it without "
                 "--allow-deprecated-quantization; use another method")
