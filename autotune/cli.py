@@ -163,6 +163,9 @@ def search(
         cluster_file=cluster,
         launcher=launcher,
     )
+    unchecked = plan.choices.note() if plan.choices else None
+    if unchecked:
+        errors.print(f"note: {unchecked}", markup=False, highlight=False)
     if dry_run:
         terminal.print_dry_run(console, plan)
         return

@@ -35,6 +35,43 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# ---------------------------------------------------------------- speculative decoding that drafts for real
+
+#: why a launch that fakes speculative acceptance is refused (vLLM's `rejection_sample_method:
+#: synthetic`, with `synthetic_acceptance_length` / `synthetic_acceptance_rates`; published recipes use it)
+SYNTHETIC_ACCEPTANCE_WHY = (
+    "sets synthetic speculative acceptance: drafts are accepted at a set rate instead of being verified by "
+    "the target model, so the speed it yields measures no real drafting; remove it"
+)
+
+
+def synthetic_acceptance(name: str, value: object) -> str | None:
+    """The synthetic-acceptance setting that `name: value` makes, searched inside a JSON object (a
+    `--speculative-config` value) or mapping too, as "key: value"; None when it makes none."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if isinstance(value, dict):
+        return next((found for k, v in value.items() if (found := synthetic_acceptance(str(k), v))), None)
+    key = name.lower().lstrip("-").replace("-", "_")
+    faked = isinstance(value, str) and value.lower() == "synthetic" and ("sample" in key or "accept" in key)
+    return f"{name}: {value}" if "synthetic" in key or faked else None
+
+
+def synthetic_in_argv(argv: list[str]) -> str | None:
+    """The synthetic-acceptance setting an argv passes (`--flag VALUE` or `--flag=VALUE`), or None."""
+    for i, arg in enumerate(argv):
+        flag, sep, value = arg.partition("=")
+        if not flag.startswith("-"):
+            continue
+        found = synthetic_acceptance(flag, value if sep else (argv[i + 1] if i + 1 < len(argv) else ""))
+        if found:
+            return found
+    return None
+
+
 # ---------------------------------------------------------------- hardware and model facts
 
 
@@ -1251,6 +1288,34 @@ class HostFingerprint(Record):
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
+class ChoicesStatus(str, Enum):
+    """Whether a space's knob values were held against what the installed engine accepts."""
+
+    CHECKED = "checked"  # every value is one this engine version accepts
+    NOT_INSTALLED = "not_installed"  # no engine here to ask (a plan or a dry run on a laptop)
+    UNREADABLE = "unreadable"  # the engine is here, but reading its choices failed
+    NOTHING_TO_CHECK = "nothing_to_check"  # the engine states no choices (llama.cpp)
+
+
+class ChoicesCheck(Record):
+    """The outcome of checking a space's knob values against the installed engine's choices
+    (a refused value is an error, not a ChoicesCheck)."""
+
+    status: ChoicesStatus
+    engine: str
+    engine_version: str | None = None
+    detail: str = Field("", description="why the values were not checked")
+
+    def note(self) -> str | None:
+        """One line for the user when the values went unchecked; None when checked or nothing to check."""
+        if self.status == ChoicesStatus.NOT_INSTALLED:
+            return f"{self.engine} is not installed here: knob values not checked against its choices"
+        if self.status == ChoicesStatus.UNREADABLE:
+            return (f"{self.engine} {self.engine_version}: knob values not checked, its choices could not be "
+                    f"read ({self.detail})")
+        return None
+
+
 class ProbeResult(Record):
     feature: str = Field(description="e.g. 'kv_cache_dtype=fp8' or 'kernel:fp8_scaled_mm_rowwise'")
     status: ProbeStatus
@@ -1336,6 +1401,7 @@ class PlanReport(Record):
     dropped: list[PlanEstimate]
     launch: LaunchSpec | None = Field(None, description="the best-predicted candidate's launch, per node")
     hosts_note: str | None = Field(None, description="set when the launch is rendered for placeholder hosts")
+    choices: ChoicesCheck | None = Field(None, description="the knob values against the installed engine's choices")
 
 
 # ---------------------------------------------------------------- recipe
@@ -1412,6 +1478,15 @@ class Recipe(Record):
         None, description="objective capacity_at_slo: the SLO the capacity was measured under and every level probed"
     )
     provenance: Provenance
+
+    @model_validator(mode="after")
+    def _drafts_for_real(self) -> Recipe:
+        for node in self.launch.nodes:
+            found = synthetic_in_argv(node.argv) or next(
+                (f for k, v in node.env.items() if (f := synthetic_acceptance(k, v))), None)
+            if found:
+                raise ValueError(f"{found} {SYNTHETIC_ACCEPTANCE_WHY}")
+        return self
 
     @model_validator(mode="after")
     def _never_mixed(self) -> Recipe:

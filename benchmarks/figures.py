@@ -403,9 +403,16 @@ def corpus_origin(first_line: str) -> str:
     raise SystemExit(f"a tests/logs file is marked neither as a recording nor as hand-written: {first_line[:80]!r}")
 
 
+def corpus_logs() -> list[Path]:
+    """Every log of the failure corpus: tests/logs/ (vLLM 0.26.0 and the rest) and each later
+    vLLM version's folder tests/logs/v<version>/."""
+    logs = ROOT / "tests" / "logs"
+    return sorted(logs.glob("*.log")) + sorted(logs.glob("v*/*.log"))
+
+
 def block_corpus() -> str:
-    logs = sorted((ROOT / "tests" / "logs").glob("*.log"))
-    first = {p.stem: p.read_text().splitlines()[0] for p in logs}
+    logs = corpus_logs()
+    first = {str(p.relative_to(ROOT / "tests" / "logs").with_suffix("")): p.read_text().splitlines()[0] for p in logs}
     origin = {stem: corpus_origin(line) for stem, line in first.items()}
     n = Counter(origin.values())
 
@@ -414,7 +421,7 @@ def block_corpus() -> str:
         return ", ".join(found) or "version not recorded"
     could = [what for stem, what in H200_COULD_RECORD.items() if origin.get(stem) == "hand-written"]
     text = (
-        f"{len(logs)} logs (`tests/logs/*.log`): {n['H200']} recorded on a lent H200 "
+        f"{len(logs)} logs (`tests/logs/*.log`, `tests/logs/v*/*.log`): {n['H200']} recorded on a lent H200 "
         f"({versions('H200', r'vLLM [0-9][0-9.]*[0-9]')}), "
         f"{n['public issue']} taken from public vLLM issues (the lines the issue posts), {n['this CPU']} recorded "
         f"on the CPU development VM ({versions('this CPU', r'llama-cpp-python [0-9][0-9.]*[0-9]')}), and {n['hand-written']} hand-written "

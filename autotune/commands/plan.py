@@ -14,6 +14,7 @@ from autotune.launchers.cluster import first_nodes, load_cluster, placeholder_cl
 from autotune.model.files import resolve_model
 from autotune.models import (
     Candidate,
+    ChoicesCheck,
     Cluster,
     HardwareProfile,
     LaunchSpec,
@@ -40,7 +41,7 @@ def predicted_recipe(
     db_path: Path | None = None,
 ) -> str:
     """The best-predicted candidate of a space as a recipe marked `predicted`: nothing measured."""
-    space, engine, profile, node_count, kept, _ = _planned(space_name, hardware, nodes, model_path, db_path)
+    space, engine, profile, node_count, kept, _, _ = _planned(space_name, hardware, nodes, model_path, db_path)
     report = plan_candidates(space, kept, profile, node_count)
     if not report.kept:
         raise NoValidCandidate(f"space {space.name!r}: no candidate fits {profile.name} x{node_count}")
@@ -85,7 +86,7 @@ def plan_space(
     cluster_file: Path | None = None,
 ) -> PlanReport:
     """Memory fit and predictions per candidate, plus the best-predicted one's launch per node."""
-    space, engine, profile, node_count, kept, probe_dropped = _planned(
+    space, engine, profile, node_count, kept, probe_dropped, choices = _planned(
         space_name, hardware, nodes, model_path, db_path, cluster_file
     )
     report = plan_candidates(space, kept, profile, node_count)
@@ -94,22 +95,24 @@ def plan_space(
         best = next(c for c in kept if c.key() == report.kept[0].candidate_key)
         launch, note = launch_to_show(space, engine, best, profile, node_count, cluster_file)
     return report.model_copy(
-        update={"dropped": [*probe_dropped, *report.dropped], "launch": launch, "hosts_note": note}
+        update={"dropped": [*probe_dropped, *report.dropped], "launch": launch, "hosts_note": note, "choices": choices}
     )
 
 
 def _planned(
     space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None,
     cluster_file: Path | None = None,
-) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate], list[PlanEstimate]]:
+) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate], list[PlanEstimate], ChoicesCheck]:
     """The space's candidates that rules, layout and -- when runs.db holds probes of this very host
-    and the plan is for this host's hardware -- the probes allow; the probe-refused ones apart."""
+    and the plan is for this host's hardware -- the probes allow; the probe-refused ones apart; and
+    the knob values against the installed engine's choices (a refused value: ConfigError)."""
     space = load_space(space_name)
     engine = get_engine(space.engine).use_space(space)
     if model_path:
         space = space.model_copy(update={"model": resolve_model(space.model, model_path)})
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
     device = detect()  # `auto`, or a named profile this host is, takes the host's GPUs and memory
+    choices = engine.check_values(space, host_fingerprint(device, engine).key())
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
@@ -119,4 +122,4 @@ def _planned(
         verdicts = [(c, check(c)) for c in kept]
         kept = [c for c, why in verdicts if why is None]
         dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]
-    return space, engine, profile, node_count, kept, dropped
+    return space, engine, profile, node_count, kept, dropped, choices

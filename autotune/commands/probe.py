@@ -68,6 +68,8 @@ def probe(
     check_writable(db_path)
     device = detect()
     host = host_fingerprint(device, engine)
+    if engine_probes:  # a value this engine version refuses: exit 2 before runs.db opens
+        engine.use_space(space).check_values(space, host.key())
     store = Store(db_path)
     host_key = store.save_host(host)
     stored = store.probe_results(host_key)
@@ -77,13 +79,15 @@ def probe(
         return ProbeReport(**report, results=stored, reused=True)
     if stored and not refresh:  # resume: launch what an earlier probe left untested, keep the rest
         assert model.path
-        request = ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name, stored=tuple(stored))
+        request = ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name, stored=tuple(stored),
+                               host_key=host_key)
         store.save_probe_results(host_key, engine.feature_probes(request))
         after = store.probe_results(host_key)
         return ProbeReport(**report, results=after, reused=True, resumed=len(leftover) - len(untested_cells(after)))
     results = run_kernel_probes(timeout_s=min(timeout_s, 180.0))
     if engine_probes:
         assert model.path
-        results += engine.feature_probes(ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name))
+        results += engine.feature_probes(ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name,
+                                                      host_key=host_key))
     store.save_probe_results(host_key, results)
     return ProbeReport(**report, results=results)

@@ -3,7 +3,8 @@ checked into a SearchPlan before anything runs.
 
 `prepare` checks everything that can be wrong with the input before runs.db is opened, so a bad
 space, engine, model path or hardware choice leaves the database untouched: knob values against
-the engine's own options, the launcher against the cluster file, the launcher's libraries, the
+the engine's own options and the choices it accepts (read from the installed engine, cached per
+host fingerprint), the launcher against the cluster file, the launcher's libraries, the
 cluster's daemons; then, reading runs.db only, that a resumed study keeps the space it was made
 from."""
 
@@ -196,8 +197,8 @@ def prepare(
     launcher: str | None = None,
 ) -> SearchPlan:
     space = load_space(space_name)
-    first = parse_tries(space, tries or [])
     engine = get_engine(space.engine).use_space(space)
+    first = parse_tries(space, tries or [])  # a --try takes values of the space: checked with it
     if not dry_run:
         engine.check_available()
         engine.preflight(space)
@@ -208,6 +209,8 @@ def prepare(
             raise
         model = space.model.model_copy(update={"path": model_path or space.model.path or space.model.name})
     device = detect()
+    host = host_fingerprint(device, engine)
+    choices = engine.check_values(space, host.key())  # a value this engine version refuses: exit 2 here
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)
@@ -230,7 +233,6 @@ def prepare(
     ctx.check_launchable(baseline(space))  # a launch the launcher cannot run: refused here, not a crash
     if node_count > 1 and not dry_run:
         ctx = ctx.model_copy(update={"nccl": checked_nccl(ctx, engine, baseline(space), kept)})
-    host = host_fingerprint(device, engine)
     if dry_run:
         store = Store(db_path) if db_path.exists() else None
     else:
@@ -258,6 +260,7 @@ def prepare(
         candidates_total=count_candidates(space),
         candidates_after_rules=len(kept),
         first=first,
+        choices=choices,
     )
 
 

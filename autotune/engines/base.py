@@ -17,14 +17,18 @@ from typing import ClassVar, Protocol
 from autotune.errors import ConfigError
 from autotune.models import (
     Candidate,
+    ChoicesCheck,
+    ChoicesStatus,
     Cluster,
     FailureInfo,
     LaunchSpec,
     ModelSpec,
     ProbeResult,
+    SYNTHETIC_ACCEPTANCE_WHY,
     ReadyRequest,
     Scalar,
     SearchSpace,
+    synthetic_acceptance,
 )
 from autotune.engines.signatures import classify
 
@@ -96,6 +100,7 @@ class ProbeRequest:
     logs_dir: Path
     space_name: str | None = None  # launch first what this space uses
     stored: tuple[ProbeResult, ...] = ()  # a resume: what an earlier probe stored for this host
+    host_key: str | None = None  # the host fingerprint the engine's choices are cached under
 
 
 class Engine(ABC):
@@ -160,6 +165,13 @@ class Engine(ABC):
     def preflight(self, space: SearchSpace) -> None:
         """Checks against the installed engine before any launch (e.g. flag names); raise
         ConfigError when the space asks for something this engine version does not have."""
+
+    def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
+        """Hold every knob value of `space` against what the installed engine accepts (read from
+        the engine, cached per version and host fingerprint `host_key`); raise ConfigError naming
+        the value, the knob, the version and its choices. An engine that cannot be asked says so in
+        the returned check and nothing is refused."""
+        return ChoicesCheck(status=ChoicesStatus.NOTHING_TO_CHECK, engine=self.name, engine_version=self.version())
 
     def plugin_args(self, params: dict[str, Scalar]) -> list[str]:
         """FLAG VALUE for every plugin knob the candidate sets (None = left out)."""
@@ -229,7 +241,13 @@ class Engine(ABC):
         return str(method) if method is not None else self.default_spec_method
 
     def validate_space(self, space: SearchSpace) -> None:
-        """Refuse knobs this engine cannot render, with the list of the ones it can."""
+        """Refuse synthetic speculative acceptance (it measures no real drafting), then knobs this
+        engine cannot render, with the list of the ones it can."""
+        settings = [*space.fixed.items(), *space.env.items(),
+                    *((k.name, v) for k in space.knobs for v in k.values)]
+        found = next((f for name, value in settings if (f := synthetic_acceptance(name, value))), None)
+        if found:
+            raise ConfigError(f"space {space.name!r}: {found} {SYNTHETIC_ACCEPTANCE_WHY}")
         named = {k.name for k in space.knobs if k.kind == "arg"} | set(space.fixed)
         unknown = sorted(named - self.knobs - set(space.plugin_flags))
         if unknown:

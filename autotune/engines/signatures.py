@@ -93,12 +93,14 @@ def _rx(pattern: str) -> re.Pattern[str]:
 _DYNAMO_WRAPPER_LINES = 30
 
 
-def _failed_assert(source: str) -> re.Pattern[str]:
+def _failed_assert(source: str, last_line: str | None = None) -> re.Pattern[str]:
     """A failed `assert <source>` in either form: eager (the source line, then AssertionError a
     few lines below) or compiled (Dynamo's "Data-dependent assertion failed" headline, its hints,
-    then "from user code:" and the same source line)."""
-    eager = rf"{source}(?:\n.*){{0,2}}?\n.*AssertionError.*"
-    compiled = rf"Data-dependent assertion failed.*(?:\n.*){{0,{_DYNAMO_WRAPPER_LINES}}}?\n\s*{source}.*"
+    then "from user code:" and the same source line). An assert written over several lines shows
+    its first line in an eager traceback but only its `last_line` under Dynamo."""
+    eager = rf"{source}.*(?:\n.*){{0,2}}?\n.*AssertionError.*"
+    quoted = source if last_line is None else f"(?:{source}|{last_line})"
+    compiled = rf"Data-dependent assertion failed.*(?:\n.*){{0,{_DYNAMO_WRAPPER_LINES}}}?\n\s*{quoted}.*"
     return _rx(f"(?:{eager})|(?:{compiled})")
 
 
@@ -169,7 +171,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "bad_flag",
-        _rx(r"validation errors? for \w*Config\n(?P<flag>\w+)\n\s*Input should be .*"),
+        # 0.26.0: the Literal's "Input should be ..."; 0.33.0: its validator's "Invalid kv_cache_dtype: ..."
+        _rx(r"validation errors? for \w*Config\n(?P<flag>\w+)\n\s*(?:Input should be|Value error, Invalid \w+:) .*"),
         "config value accepted by this engine version",
         "use one of the values the error lists",
         prunes=True,
@@ -259,9 +262,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---------------------------------------------------------------- attention backend x KV dtype (vLLM)
     Signature(
         "kv_dtype_rejected_at_forward",
-        _failed_assert(r"assert self\.kv_cache_dtype in \{.*\}"),
+        # 0.26.0: `assert self.kv_cache_dtype in {...}`; 0.33.0 adds `or (\n self.kv_cache_dtype.startswith("nvfp4"))`
+        _failed_assert(r"assert self\.kv_cache_dtype in \{[^}]*\}", r'self\.kv_cache_dtype\.startswith\("\w+"\)'),
         "KV cache dtype for this attention backend",
-        "skip this backend x KV dtype (TRITON_ATTN + fp8_e5m2 on vLLM 0.26.0): use fp8 / fp8_e4m3",
+        "skip this backend x KV dtype (TRITON_ATTN + fp8_e5m2 on vLLM 0.26.0 and 0.33.0): use fp8 / fp8_e4m3",
         implicates=("attention_backend", "kv_cache_dtype"),
         prunes=True,
         engines=VLLM,
@@ -681,12 +685,18 @@ def _evidence(raw_lines: list[str], shown: list[int]) -> list[str]:
 
 def _without_traceback_source(lines: Iterable[str]) -> list[str]:
     """Blank the quoted source lines of Python tracebacks: `raise ValueError("...")` is code,
-    not the error. Kept: `assert ...` lines, whose AssertionError carries no message of its own."""
+    not the error. Kept: `assert ...` lines, whose AssertionError carries no message of its own,
+    and the lines Dynamo quotes under "from user code:" (the last is the failed condition, which
+    a multi-line assert shows without its `assert`)."""
     out: list[str] = []
-    after_frame = False
+    after_frame = user_code = False
     for line in lines:
         stripped = line.strip()
-        if after_frame and not stripped.startswith("assert"):
+        if stripped == _USER_CODE:
+            user_code = True
+        elif not stripped or stripped.startswith("Set TORCHDYNAMO_VERBOSE"):
+            user_code = False
+        if after_frame and not stripped.startswith("assert") and not user_code:
             out.append("")
         else:
             out.append(line)

@@ -23,8 +23,12 @@ from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
 from autotune.model.shapes import dummy_weights
+from autotune.engines.vllm_choices import cached_choices
+from autotune.engines.vllm_values import check_values
 from autotune.models import (
     Candidate,
+    ChoicesCheck,
+    ChoicesStatus,
     LaunchSpec,
     ModelSpec,
     NodeLaunch,
@@ -151,6 +155,17 @@ class VllmEngine(Engine):
 
     def preflight(self, space: SearchSpace) -> None:
         check_space_flags(space, self.python)
+
+    def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
+        version = self.version()
+        if version is None:
+            return ChoicesCheck(status=ChoicesStatus.NOT_INSTALLED, engine=self.name)
+        try:
+            choices = cached_choices(self.python, version, host_key)
+        except EngineUnavailable as exc:
+            return ChoicesCheck(status=ChoicesStatus.UNREADABLE, engine=self.name, engine_version=version, detail=str(exc))
+        check_values(space, choices, VALUE_FLAGS)
+        return ChoicesCheck(status=ChoicesStatus.CHECKED, engine=self.name, engine_version=version)
 
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         if candidate.engine != self.name:

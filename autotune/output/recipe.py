@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from autotune import __version__
 from autotune.errors import ConfigError
+from autotune.yaml_files import first_errors
 from autotune.model.shapes import DUMMY_ACCURACY, dummy_weights
 from autotune.models import (
     Candidate,
@@ -206,10 +208,15 @@ def to_yaml(recipe: Recipe) -> str:
 
 
 def from_yaml(text: str) -> Recipe:
+    """A recipe read back from its YAML; one that is not a recipe autotune would write (a launch
+    that fakes speculative acceptance, a measured recipe with predictions) is bad input."""
     data = yaml.safe_load(text)
     data.pop("commands", None)
     data.pop("port", None)
-    return Recipe.model_validate(data)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"not a recipe autotune can use: {first_errors(exc)}") from None
 
 
 def render_recipe(recipe: Recipe, output: Path | None) -> str:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import Engine
 from autotune.models import (
     Candidate,
+    ChoicesCheck,
     HardwareProfile,
     HostFingerprint,
     SearchSpace,
@@ -40,6 +41,8 @@ class SearchPlan(BaseModel):
     candidates_total: int
     candidates_after_rules: int
     first: list[Candidate] = []
+    #: the knob values against the installed engine's choices (unchecked where it cannot be asked)
+    choices: ChoicesCheck | None = None
 
 
 def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:

@@ -82,7 +82,10 @@ def scrub(text: str, model_dir: Path) -> str:
                        ("/opt/torch/.venv", "<venv>"), (str(Path.home()), "<home>"), ("/root", "<home>")):
         if path not in ("", "/"):
             text = text.replace(path, mark)
-    return re.sub(r"/tmp/tmp[\w-]+", "<tmp>", text)
+    text = re.sub(r"/tmp/tmp[\w-]+", "<tmp>", text)
+    # any other temp path (vLLM's file:///tmp/vllm_dist_<hex> rendezvous, ...) keeps only its kind
+    text = re.sub(r"/tmp/([A-Za-z_]+?)_?[0-9a-f]{8,}\b", r"<tmp>/\1_<id>", text)
+    return re.sub(r"(?<![\w<>])/tmp/", "<tmp>/", text)
 
 
 def vllm_version() -> str:

@@ -1,8 +1,12 @@
 """FAKE: a stand-in `vllm` package for exercising autotune's vLLM path where no GPU and no vLLM run.
 
-`write_fake_vllm(root)` writes, under `root`, a package named `vllm` (with a 0.26.0 dist-info) whose
-`python -m vllm.entrypoints.cli.main` answers `serve --help=all` with the option lines recorded from
-the real vLLM 0.26.0, and `serve MODEL ...` with a small OpenAI-compatible HTTP server: streamed
+`write_fake_vllm(root, version)` writes, under `root`, a package named `vllm` of one recorded version
+(0.26.0 or 0.33.0, with its dist-info) that answers what autotune asks the installed vLLM: the
+choices question (`autotune.engines.vllm_choices.DUMP` runs unchanged against it: its argparse
+parser, KV-dtype, quantization, speculative, MoE and linear Literals and attention-backend enum are
+built from that version's recorded dump in tests/data/vllm_choices/), `python -m
+vllm.entrypoints.cli.main serve --help=all` with the option lines recorded from that version, and
+`serve MODEL ...` with a small OpenAI-compatible HTTP server: streamed
 chat and completions (words at a fixed pace; two tokens per chunk when a speculative config is
 given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
 lines in vLLM's wording. `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
@@ -20,7 +24,61 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-HELP = Path(__file__).resolve().parent.parent / "logs" / "vllm_serve_help_all.txt"
+TESTS = Path(__file__).resolve().parent.parent
+#: the versions the stand-in can be: each one's recorded `serve --help=all` and choices dump
+VERSIONS = ("0.26.0", "0.33.0")
+HELP = {"0.26.0": TESTS / "logs" / "vllm_serve_help_all.txt",
+        "0.33.0": TESTS / "logs" / "vllm-0.33.0_serve_help_options.txt"}
+
+
+def recorded_choices(version: str) -> Path:
+    """The dump `python -m autotune.engines.vllm_choices` printed for `version` on the H200."""
+    return TESTS / "data" / "vllm_choices" / f"vllm-{version}_choices.json"
+
+
+# The recorded dump, read by every module below that stands in for one of vLLM's registries.
+RECORDED = r'''
+import json
+DUMP = json.load(open({dump!r}))
+'''
+
+# `vllm serve`'s parser as the dump recorded it: each flag with its choices and default, and the
+# other option strings (short aliases, --no- forms, long aliases) on actions the dump does not list.
+SERVE = r'''
+import argparse
+from vllm._recorded import DUMP
+
+
+class ServeSubcommand:
+    def subparser_init(self, subparsers):
+        parser = subparsers.add_parser("serve", add_help=False)
+        flags = DUMP["flags"]
+        extra = [o for o in DUMP["options"] if o not in flags]
+        long_aliases = [o for o in extra if o.startswith("--") and not o.startswith("--no-")]
+        for i, (flag, spec) in enumerate(flags.items()):
+            strings = [flag, *(long_aliases if i == 0 else [])]
+            parser.add_argument(*strings, dest=f"flag{{i}}", choices=spec["choices"], default=spec["default"])
+        others = [o for o in extra if o not in long_aliases]
+        if others:
+            parser.add_argument(*others, dest="aliases")
+        return parser
+'''
+
+
+def _literal(name: str, key: str) -> str:
+    """A module line defining `name` as the Literal of the dump's `key` (left out when it is empty)."""
+    return (f"if DUMP[{key!r}]:\n    {name} = typing.Literal[tuple(DUMP[{key!r}])]\n")
+
+
+REGISTRIES = {
+    "vllm/config/cache.py": _literal("CacheDType", "kv_cache_dtypes"),
+    "vllm/config/speculative.py": _literal("SpeculativeMethod", "speculative_methods"),
+    "vllm/config/kernel.py": _literal("MoEBackend", "moe_backends") + _literal("LinearBackend", "linear_backends"),
+    "vllm/model_executor/layers/quantization/__init__.py": _literal("QuantizationMethods", "quantization_methods")
+    + "DEPRECATED_QUANTIZATION_METHODS = list(DUMP['deprecated_quantization_methods'])\n",
+    "vllm/v1/attention/backends/registry.py": "import enum\n"
+    "AttentionBackendEnum = enum.Enum('AttentionBackendEnum', DUMP['attention_backends'])\n",
+}
 
 SERVER = r'''
 import argparse, json, os, re, sys, time
@@ -45,7 +103,7 @@ if args.distributed_executor_backend == "ray":
     alive = [n for n in ray.nodes() if n.get("Alive")]
     print(f"INFO [ray_utils.py:300] Ray cluster at {{os.environ['RAY_ADDRESS']}}: {{len(alive)}} node(s) alive; "
           f"tensor_parallel_size={{args.tensor_parallel_size}}", flush=True)
-print(f"INFO [core.py:90] Initializing a V1 LLM engine (v0.26.0) with config: model={{args.model!r}}, "
+print(f"INFO [core.py:90] Initializing a V1 LLM engine (v{version}) with config: model={{args.model!r}}, "
       f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}", flush=True)
 if args.kv_cache_dtype == "nvfp4":
     print("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=256, "
@@ -146,16 +204,27 @@ ThreadingHTTPServer((args.host, args.port), H).serve_forever()
 '''
 
 
-def write_fake_vllm(root: Path) -> Path:
-    """Write the fake package under `root` (put `root` on PYTHONPATH and sys.path to use it)."""
+def write_fake_vllm(root: Path, version: str = "0.26.0") -> Path:
+    """Write the fake package of `version` under `root` (put `root` on PYTHONPATH and sys.path to use it)."""
+    if version not in VERSIONS:
+        raise ValueError(f"no recording of vLLM {version}; recorded: {', '.join(VERSIONS)}")
     files = {
-        "vllm/__init__.py": '__version__ = "0.26.0"  # FAKE vLLM for tests\n',
+        "vllm/__init__.py": f'__version__ = "{version}"  # FAKE vLLM for tests\n',
+        "vllm/_recorded.py": RECORDED.format(dump=str(recorded_choices(version))),
         "vllm/entrypoints/__init__.py": "",
         "vllm/entrypoints/cli/__init__.py": "",
-        "vllm/entrypoints/cli/main.py": SERVER.format(help=str(HELP)),
-        "vllm-0.26.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.0\n",
-        "vllm-0.26.0.dist-info/RECORD": "",
+        "vllm/entrypoints/cli/main.py": SERVER.format(help=str(HELP[version]), version=version),
+        "vllm/entrypoints/cli/serve.py": SERVE.format(),
+        f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n",
+        f"vllm-{version}.dist-info/RECORD": "",
     }
+    for rel, body in REGISTRIES.items():
+        files[rel] = "import typing\nfrom vllm._recorded import DUMP\n" + body
+    for rel in list(files):  # every folder on the way is a package
+        parts = Path(rel).parts[:-1]
+        for i in range(1, len(parts) + 1):
+            if not parts[i - 1].endswith(".dist-info"):
+                files.setdefault(str(Path(*parts[:i], "__init__.py")), "")
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

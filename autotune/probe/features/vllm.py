@@ -45,13 +45,12 @@ from autotune.launchers import open_server
 from autotune.launchers.base import free_port
 from autotune.model.config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
+from autotune.probe.features.vllm_rows import BACKENDS, KV_DTYPES, rows_for
 from autotune.probe.runner import PROBES_HOME, probe_env, python_module_argv
 from autotune.engines.signatures import classify
 
 SELECTOR_PROGRAM = "probes.vllm_features"
 SELECTOR_MARK = "AUTOTUNE_SELECTOR "  # the program prints its answer on the line that starts so
-BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
-KV_DTYPES = ("auto", "fp8", "fp8_e5m2", "nvfp4")
 SPEC_METHOD = "ngram"
 SERVED_NAME = "probe"
 PROMPT = "The capital of France is"
@@ -431,7 +430,8 @@ def feature_probes(engine: VllmEngine, request: ProbeRequest) -> list[ProbeResul
     """`Engine.feature_probes` for vLLM: its own selectors first (a prior), then real launches of
     every KV dtype x attention backend the selectors accept (eager, real weights), within
     `budget_s`, what the space uses first; each launch's greedy answer must start like the
-    reference launch's (auto KV dtype, auto backend). With `stored` (a resume), only the cells an
+    reference launch's (auto KV dtype, auto backend). The matrix's rows come from the installed
+    version's choices where they are known (probe/features/vllm_rows.py). With `stored` (a resume), only the cells an
     earlier probe left untested are launched."""
     only = [r for r in request.stored if r.status == "untested" and r.params]
     logs_dir = request.logs_dir
@@ -440,7 +440,10 @@ def feature_probes(engine: VllmEngine, request: ProbeRequest) -> list[ProbeResul
     argv = ["--model", request.model_path, "--out", str(out), "--logs", str(logs_dir), "--launch", "--real-weights"]
     argv += ["--golden", REFERENCE_GOLDEN, "--parallel", "3", "--timeout", f"{request.timeout_s:g}",
              "--budget-s", f"{request.budget_s:g}"]
-    argv += ["--backends", "auto", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
+    from autotune.space.candidates import load_space
+
+    rows = rows_for(engine, request, load_space(request.space_name) if request.space_name else None)
+    argv += ["--kv", *rows.kv_dtypes, "--backends", "auto", *rows.backends]
     argv += ["--python", engine.python]
     if request.space_name:
         argv += ["--space", request.space_name]

@@ -1,0 +1,74 @@
+"""Knob values against what the installed vLLM accepts (its `EngineChoices`), before anything runs.
+
+A knob that names a choice (KV-cache dtype, attention / MoE / linear backend, quantization,
+speculative method, or any option whose argparse parser lists choices) may only hold a value of
+that version's list; a value another version added (0.33.0's `nvfp4_4over6` on 0.26.0) is refused
+naming the value, the knob, the version and its choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from autotune.engines.vllm_choices import EngineChoices
+from autotune.errors import ConfigError
+from autotune.models import Scalar, SearchSpace
+
+#: knob -> the registry of the dump that lists its values (the option takes a value of it, or
+#: for spec_method the "method" of --speculative-config)
+REGISTRIES: dict[str, Callable[[EngineChoices], list[str]]] = {
+    "kv_cache_dtype": lambda c: c.kv_cache_dtypes,
+    "attention_backend": lambda c: c.attention_backends,
+    "moe_backend": lambda c: c.moe_backends,
+    "linear_backend": lambda c: c.linear_backends,
+    "quantization": lambda c: c.quantization_methods,
+    "spec_method": lambda c: c.speculative_methods,
+}
+#: knobs whose values vLLM reads by enum name, in any case (`--attention-backend flash_attn`)
+ANY_CASE = frozenset({"attention_backend"})
+
+
+def accepted(knob: str, flag: str | None, choices: EngineChoices) -> list[str] | None:
+    """The values this version accepts for `knob` (rendered as `flag`); None when it takes any.
+    The option's own argparse choices win (its parser refuses the rest); else the registry."""
+    listed = choices.flags[flag].choices if flag is not None and flag in choices.flags else None
+    if listed:
+        return [c for c in listed if c != "None"]
+    registry = REGISTRIES.get(knob)
+    return (registry(choices) or None) if registry is not None else None
+
+
+def space_values(space: SearchSpace) -> Iterator[tuple[str, Scalar]]:
+    """(knob, value) for every set value of an engine knob of the space, its fixed ones included."""
+    for name, value in space.fixed.items():
+        if name not in space.plugin_flags and value is not None:
+            yield name, value
+    for knob in space.knobs:
+        if knob.kind == "arg" and knob.name not in space.plugin_flags:
+            yield from ((knob.name, value) for value in knob.values if value is not None)
+
+
+def refusal(knob: str, value: Scalar, flag: str | None, choices: EngineChoices) -> str | None:
+    """Why this version refuses `knob=value`, in one line; None when it accepts it."""
+    listed = accepted(knob, flag, choices)
+    if listed is None or isinstance(value, bool):
+        return None
+    text = str(value)
+    known = {c.upper() for c in listed} if knob in ANY_CASE else set(listed)
+    if (text.upper() if knob in ANY_CASE else text) not in known:
+        if knob == "quantization" and choices.general_plugins:
+            return None  # an installed plugin may register it when vLLM starts (vllm-exl3's `exl3`)
+        unplugged = " (no vLLM plugin installed to register it)" if knob == "quantization" else ""
+        return f"{knob}={text} is not accepted by vLLM {choices.version}{unplugged}: choices are {', '.join(listed)}"
+    if knob == "quantization" and text in choices.deprecated_quantization_methods:
+        return (f"quantization={text} is deprecated in vLLM {choices.version}, which refuses it without "
+                "--allow-deprecated-quantization; use another method")
+    return None
+
+
+def check_values(space: SearchSpace, choices: EngineChoices, flags: dict[str, str]) -> None:
+    """Refuse the first knob value of `space` this version does not accept (`flags`: knob -> option)."""
+    for knob, value in space_values(space):
+        why = refusal(knob, value, flags.get(knob), choices)
+        if why:
+            raise ConfigError(f"space {space.name!r}: {why}")
