@@ -409,7 +409,8 @@ def recipe_section(store: Store, outcome: StudyOutcome, space: SearchSpace, row:
     best = outcome.best
     if best is None or best.launch is None:
         return "<p>No recipe: no trial ran and passed its gates.</p>"
-    recipe = recipe_from_trial(space, best, outcome.baseline, row["hardware"], row["nodes"], str(store.path))
+    recipe = recipe_from_trial(space, best, outcome.baseline, row["hardware"], row["nodes"], str(store.path),
+                               trials=outcome.trials)
     return (
         f"<p>What <code>autotune export --study {_e(outcome.name)}</code> writes for trial {best.number}:</p>"
         f"<pre>{_e(to_yaml(recipe))}</pre>"
@@ -424,6 +425,26 @@ th{background:#f4f6f8} td code{white-space:normal;word-break:break-word} pre{bac
 .good{color:#17823b} .bad{color:#b3261e} .st-works{color:#17823b} .st-fails{color:#b3261e} .st-unsupported{color:#a66f00}
 .st-untested{color:#888} .meta{color:#555} nav a{margin-right:12px}
 """
+
+
+def energy_section(outcome: StudyOutcome) -> str:
+    """Each trial's energy per workload and its GPUs' state; what is absent says so."""
+    from autotune.output import energy
+
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    parts = []
+    table_rows = energy.rows(launched)
+    if table_rows:
+        parts.append(_table(energy.HEADERS, [[_e(c) for c in row] for row in table_rows], "energy"))
+        parts.append(f"<p class='meta'>{_e(energy.GPU_ONLY)}. W: mean GPU power over the workload (idle: before "
+                     "the launch); active J/token: above idle.</p>")
+    for line in filter(None, (energy.absent_line(launched), energy.multi_node_line(launched))):
+        parts.append(f"<p>{_e(line)}</p>")
+    notes = energy.state_notes(launched)
+    if notes:
+        parts.append('<p class="bad">Measured on a slowed GPU:</p><ul>'
+                     + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts) or "<p>No trial of this study recorded its energy (stored before autotune read it).</p>"
 
 
 def build_html(store: Store, study: str) -> str:
@@ -454,6 +475,7 @@ def build_html(store: Store, study: str) -> str:
          else "<p>Every trial that ran had the same knob values.</p>"),
         ("trials", "Trials", trials_section(outcome)
          + (_figure_html(time_figure(launched), "plot-time", 340) if launched else "")),
+        ("energy", "Energy and GPU state", energy_section(outcome)),
         ("pruned", "Pruned before launching", pruned_section(outcome) + learned_section(store, outcome, space, row)),
         ("probes", "Host probe matrix", probes_section(probes, hosts[0] if hosts else None)),
         ("planner", "Planner: predicted vs measured",

@@ -375,11 +375,43 @@ def capacity_table(outcome: StudyOutcome) -> Table | None:
     return table
 
 
+def energy_table(outcome: StudyOutcome) -> Table | None:
+    """Each measured workload's GPU energy and the GPUs' state (None when no trial read a GPU)."""
+    from autotune.output import energy
+
+    rows = energy.rows([t for t in outcome.trials if t.status != "skipped"])
+    if not rows:
+        return None
+    table = Table(title="energy per workload (GPU only)", caption=f"{energy.GPU_ONLY}. W: mean GPU power (idle: "
+                  "before the launch); active J/token: above idle; SM/mem MHz: median per GPU")
+    for column in energy.HEADERS:
+        table.add_column(column, justify="left" if column in ("#", "workload", "clock events") else "right",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_energy(console: Console, outcome: StudyOutcome) -> None:
+    """The energy table, what was not measured, and the trials measured on a slowed GPU."""
+    from autotune.output import energy
+
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    table = energy_table(outcome)
+    if table is not None:
+        console.print(table)
+    for line in filter(None, (energy.absent_line(launched), energy.multi_node_line(launched))):
+        console.print(line, markup=False, highlight=False)
+    for note in energy.state_notes(launched):
+        console.print(f"[yellow]slowed GPU[/] {note}", highlight=False)
+
+
 def print_trials(console: Console, outcome: StudyOutcome) -> None:
     console.print(trials_table(outcome, console.width))
     searched = capacity_table(outcome)
     if searched is not None:
         console.print(searched)
+    print_energy(console, outcome)
     if outcome.skipped_reasons:
         console.print("[bold]pruned before launching[/] (reason: count)")
         for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):
