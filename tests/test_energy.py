@@ -298,3 +298,20 @@ def test_a_slowed_launch_joins_no_noise_pool(monkeypatch, no_rapl, tmp_path):
         store.add_launch_sample("h", "llamacpp", "s", cand, value, "trial", 0, metric="m", energy=trial.energy)
     store.add_launch_sample("h", "llamacpp", "s", cand, 100.5, "trial", 0, metric="m")  # stored before: no state
     assert store.launch_groups("h", "llamacpp", "m") == [[100.0, 101.0, 99.0, 100.5]]
+
+
+def test_an_energy_objective_on_a_host_without_energy_exits_3_before_runs_db_opens(tmp_path, monkeypatch, no_rapl,
+                                                                                  capsys):
+    from autotune.cli import main
+
+    pytest.importorskip("llama_cpp", reason="pip install -e '.[llamacpp]'")
+    fake_nvml.no_nvml(monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    path = tmp_path / "energy.yaml"
+    path.write_text(yaml.safe_dump({"name": "e", "engine": "llamacpp", "model": {"name": "m", "path": str(model)},
+                                    "knobs": [], "objective": {"metric": "tokens_per_joule"}}))
+    db = tmp_path / "runs.db"
+    assert main(["search", "--space", str(path), "--db", str(db)]) == 3
+    assert "needs the GPU's energy" in capsys.readouterr().err and not db.exists()
+    assert main(["search", "--space", str(path), "--db", str(db), "--dry-run"]) == 0  # a dry run reads nothing
