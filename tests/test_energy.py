@@ -315,3 +315,19 @@ def test_an_energy_objective_on_a_host_without_energy_exits_3_before_runs_db_ope
     assert main(["search", "--space", str(path), "--db", str(db)]) == 3
     assert "needs the GPU's energy" in capsys.readouterr().err and not db.exists()
     assert main(["search", "--space", str(path), "--db", str(db), "--dry-run"]) == 0  # a dry run reads nothing
+
+
+def test_the_gpus_counted_are_the_ones_the_launch_uses(monkeypatch):
+    from autotune.models import LaunchSpec, NodeLaunch
+    from autotune.trial.run import visible_gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    one = LaunchSpec(engine="vllm", nodes=[NodeLaunch(argv=["vllm"])], port=1)
+    cand = lambda **p: Candidate(engine="vllm", params=p)  # noqa: E731
+    assert visible_gpus(one, cand()) is None  # nothing says: every GPU of the host
+    assert visible_gpus(one, cand(tensor_parallel_size=2, pipeline_parallel_size=2)) == "0,1,2,3"
+    assert visible_gpus(one, cand(tensor_parallel_size=None)) is None
+    pinned = LaunchSpec(engine="vllm", nodes=[NodeLaunch(argv=["vllm"], env={"CUDA_VISIBLE_DEVICES": "3"})], port=1)
+    assert visible_gpus(pinned, cand(tensor_parallel_size=1)) == "3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    assert visible_gpus(one, cand(tensor_parallel_size=1)) == "5,6"

@@ -167,10 +167,21 @@ class Measured(BaseModel):
     energy: TrialEnergy | None = None
 
 
-def visible_gpus(launch: LaunchSpec) -> str | None:
-    """The GPUs a launch uses on this host (CUDA_VISIBLE_DEVICES of its first node, else autotune's own)."""
+def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
+    """The GPUs a launch uses on this host: CUDA_VISIBLE_DEVICES of its first node, else autotune's
+    own; without either, the first tensor x pipeline x data parallel ones where the candidate sets
+    those (a one-GPU trial on an 8-GPU box counts one GPU, not eight), else every GPU (None)."""
     env = launch.nodes[0].env if launch.nodes else {}
-    return env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        return visible
+    sizes = [candidate.params.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")]
+    if not any(isinstance(n, int) for n in sizes) or len({n.node for n in launch.nodes}) > 1:
+        return None
+    ranks = 1
+    for n in sizes:
+        ranks *= n if isinstance(n, int) and n > 0 else 1
+    return ",".join(str(i) for i in range(ranks))
 
 
 async def measure(
@@ -318,7 +329,7 @@ def run_trial(
         startup_timeout_s=ctx.space.workload.startup_timeout_s,
         limits=ctx.watchdog,
     )
-    meter = EnergyMeter.open(visible_gpus(launch), nodes=len({n.node for n in launch.nodes}) or 1)
+    meter = EnergyMeter.open(visible_gpus(launch, candidate), nodes=len({n.node for n in launch.nodes}) or 1)
     try:
         meter.before_launch()  # idle power and the GPUs' state, before the engine starts
         return _launched(ctx, candidate, server, log_path, common, events, dominated, reuse, launch, meter, t0)
@@ -346,7 +357,7 @@ def _launched(ctx: TrialContext, candidate: Candidate, server: Launched, log_pat
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
                     duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
-                    phase_s=clock.ordered(), **common,
+                    phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
                 log = server.log_text()
@@ -354,14 +365,14 @@ def _launched(ctx: TrialContext, candidate: Candidate, server: Launched, log_pat
                 note_in_log(log_path, failure)
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), **common,
+                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
                 failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, capacity=exc.report,
                     duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
-                    phase_s=clock.ordered(), **common,
+                    phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
@@ -376,6 +387,7 @@ def _launched(ctx: TrialContext, candidate: Candidate, server: Launched, log_pat
                     duration_s=time.monotonic() - t0,
                     selected=ctx.engine.selected(log),
                     phase_s=clock.ordered(),
+                    energy=meter.record(),
                     **common,
                 )
             log = server.log_text()
@@ -400,6 +412,7 @@ def _launched(ctx: TrialContext, candidate: Candidate, server: Launched, log_pat
             duration_s=time.monotonic() - t0,
             selected=ctx.engine.selected(exc.log_tail),
             phase_s=clock.ordered(),
+            energy=meter.record(),
             **common,
         )
     objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
