@@ -106,3 +106,7 @@ def test_a_host_without_nvml_or_rapl_says_not_measured(tmp_path, gemma_gguf, mon
     assert main(["export", "--db", str(db), "--trial", "0"]) == 0
     recipe = yaml.safe_load(capsys.readouterr().out)
     assert recipe["energy"][0].startswith("GPU energy not measured (no counter)")
+    report = tmp_path / "report.html"
+    assert main(["report", "--db", str(db), "-o", str(report)]) == 0
+    html = report.read_text()
+    assert 'id="energy"' in html and "GPU energy not measured (no counter) in trial(s) 0" in html

@@ -10,8 +10,8 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -24,7 +24,6 @@ from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.launchers import launcher_class, open_server
-from autotune.launchers.base import Launched
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     CapacityReport,
@@ -201,13 +200,14 @@ async def measure(
 
     workload = ctx.space.workload
     out = Measured()
-    meter = meter or EnergyMeter(None, "not read", [])
+    meter = meter or EnergyMeter(None, "not read: no meter for this measurement", [])
     served = ctx.model.served_name or ctx.model.name
     async with OpenAIClient(
         base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
         guarded = StallGuard(http_client, base_url, ready, ctx.engine.health_path, workload.request_timeout_s)
+
         def request_done(result: RequestResult) -> None:
             counted.request_done(result)
             meter.request_done(result)
@@ -330,23 +330,12 @@ def run_trial(
         limits=ctx.watchdog,
     )
     meter = EnergyMeter.open(visible_gpus(launch, candidate), nodes=len({n.node for n in launch.nodes}) or 1)
-    try:
-        meter.before_launch()  # idle power and the GPUs' state, before the engine starts
-        return _launched(ctx, candidate, server, log_path, common, events, dominated, reuse, launch, meter, t0)
-    finally:
-        meter.close()
-
-
-def _launched(ctx: TrialContext, candidate: Candidate, server: Launched, log_path: Path, common: dict[str, Any],
-              events: Events,
-              dominated: DominatedCheck | None, reuse: TrialResult | None, launch: LaunchSpec, meter: EnergyMeter,
-              t0: float) -> TrialResult:
-    """The launched part of a trial: start the engine, measure, stop it."""
+    meter.before_launch()  # idle power and the GPUs' state, before the engine starts
     events("starting engine")
     clock = PhaseClock()
     clock.enter(Phase.START)
     try:
-        with server:
+        with closing(meter), server:
             clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
