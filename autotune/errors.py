@@ -29,6 +29,12 @@ class EngineUnavailable(AutotuneError):
     exit_code = 3
 
 
+class EnergyUnavailable(AutotuneError):
+    """The space ranks by energy (objective tokens_per_joule) and this host has no GPU energy to read."""
+
+    exit_code = 3
+
+
 class ProbeError(AutotuneError):
     """The probing infrastructure itself broke (not a feature failing: that is data)."""
 

@@ -289,6 +289,8 @@ def measured_families(workload: Workload) -> set[str]:
 DECODE_OBJECTIVES = ("decode_tps_geomean", "decode_tps_prose", "decode_tps_structured")
 #: the most concurrent streams under a latency target (objective.slo; autotune/bench/capacity.py)
 CAPACITY_OBJECTIVE = "capacity_at_slo"
+#: output tokens per GPU joule of one workload (objective.energy_workload; autotune/bench/energy.py)
+ENERGY_OBJECTIVE = "tokens_per_joule"
 
 
 def wilson_interval(good: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -352,7 +354,12 @@ class Objective(Strict):
         "decode_tps_geomean",
         description="decode_tps_geomean | decode_tps_prose | decode_tps_structured (one stream), output_tps_cN: "
         "aggregate output tok/s with N requests in flight (N must be in workload.concurrency), or capacity_at_slo: "
-        "the most concurrent streams whose requests meet objective.slo",
+        "the most concurrent streams whose requests meet objective.slo, or tokens_per_joule: output tokens per GPU "
+        "joule of objective.energy_workload (GPU only; needs an NVML energy counter or power readings)",
+    )
+    energy_workload: str | None = Field(
+        None, description="tokens_per_joule: the workload it is of, a prompt set (prose, structured) or a wave "
+        "cN (N in workload.concurrency); default prose",
     )
     mad_penalty: float = Field(1.0, description="rank by median - penalty * 1.4826 * MAD")
     confirm_alpha: Literal[0.05, 0.01] = Field(
@@ -363,11 +370,19 @@ class Objective(Strict):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, metric: str) -> str:
-        if (metric not in DECODE_OBJECTIVES and metric != CAPACITY_OBJECTIVE
+        if (metric not in DECODE_OBJECTIVES and metric not in (CAPACITY_OBJECTIVE, ENERGY_OBJECTIVE)
                 and not re.fullmatch(r"output_tps_c([2-9]|[1-9]\d+)", metric)):
-            raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, output_tps_cN (N >= 2) "
-                             f"or {CAPACITY_OBJECTIVE}")
+            raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, output_tps_cN (N >= 2), "
+                             f"{CAPACITY_OBJECTIVE} or {ENERGY_OBJECTIVE}")
         return metric
+
+    @field_validator("energy_workload")
+    @classmethod
+    def _known_energy_workload(cls, workload: str | None) -> str | None:
+        if workload is not None and workload not in ("prose", "structured") and not re.fullmatch(
+                r"c([2-9]|[1-9]\d+)", workload):
+            raise ValueError(f"unknown energy_workload {workload!r}: prose, structured or cN (a wave of N >= 2 streams)")
+        return workload
 
     @model_validator(mode="after")
     def _slo_with_capacity(self) -> Objective:
@@ -375,7 +390,25 @@ class Objective(Strict):
             raise ValueError(f"objective.metric {CAPACITY_OBJECTIVE} needs objective.slo (ttft_ms and itl_ms at least)")
         if self.slo is not None and self.metric != CAPACITY_OBJECTIVE:
             raise ValueError(f"objective.slo is used by metric {CAPACITY_OBJECTIVE} only, not {self.metric}")
+        if self.energy_workload is not None and self.metric != ENERGY_OBJECTIVE:
+            raise ValueError(f"objective.energy_workload is used by metric {ENERGY_OBJECTIVE} only, not {self.metric}")
         return self
+
+    @property
+    def energy(self) -> bool:
+        """Whether the objective is tokens_per_joule (output tokens per GPU joule of one workload)."""
+        return self.metric == ENERGY_OBJECTIVE
+
+    @property
+    def energy_of(self) -> str:
+        """tokens_per_joule: the workload whose energy it is (a prompt set or cN)."""
+        return self.energy_workload or "prose"
+
+    @property
+    def sample_metric(self) -> str:
+        """What a launch sample of this objective measures (launch noise pools samples of one such
+        metric only): tokens_per_joule is told apart by its workload."""
+        return f"{self.metric}.{self.energy_of}" if self.energy else self.metric
 
     @property
     def capacity(self) -> bool:
@@ -384,19 +417,26 @@ class Objective(Strict):
 
     @property
     def concurrency(self) -> int | None:
-        """N of an output_tps_cN objective; None for the single-stream decode objectives."""
-        return int(self.metric.removeprefix("output_tps_c")) if self.metric.startswith("output_tps_c") else None
+        """N of an output_tps_cN objective, or of tokens_per_joule of a wave cN; None for the
+        single-stream objectives."""
+        if self.metric.startswith("output_tps_c"):
+            return int(self.metric.removeprefix("output_tps_c"))
+        if self.energy and self.energy_of.startswith("c"):
+            return int(self.energy_of.removeprefix("c"))
+        return None
 
     @property
     def unit(self) -> str:
-        """The objective's unit: streams for capacity_at_slo, tok/s otherwise."""
-        return "streams" if self.capacity else "tok/s"
+        """The objective's unit: streams for capacity_at_slo, tok/J for tokens_per_joule, tok/s otherwise."""
+        return "streams" if self.capacity else "tok/J" if self.energy else "tok/s"
 
     @property
     def short(self) -> str:
         """What the objective's numbers are, in a few words: "decode", "output at 8 streams"."""
         if self.capacity:
             return "within the SLO"
+        if self.energy:
+            return f"per GPU joule ({self.energy_of}, GPU only)"
         return f"output at {self.concurrency} streams" if self.concurrency else "decode"
 
     @property
@@ -404,6 +444,10 @@ class Objective(Strict):
         """The objective as a caption says it."""
         if self.slo is not None:
             return f"concurrent streams at the SLO ({self.slo.describe()})"
+        if self.energy:
+            where = (f"{self.concurrency} concurrent requests (one wave)" if self.concurrency
+                     else f"1 stream, {self.energy_of} prompts")
+            return f"output tokens per GPU joule, {where}; GPU energy only, not the box's"
         if self.concurrency:
             return f"output tok/s of {self.concurrency} concurrent requests (one wave)"
         which = {"decode_tps_geomean": "geometric mean of prose and structured", "decode_tps_prose": "prose",
@@ -416,6 +460,14 @@ class Gates(Strict):
     qeval: QevalConfig | None = Field(default_factory=QevalConfig)
     ttft_ms_max: float | None = None
     tpot_ms_max: float | None = None
+    max_gpu_j_per_token: float | None = Field(
+        None, gt=0, description="GPU joules per output token, at most, in every decode workload measured (prompt "
+        "sets, waves, the capacity search); GPU only; unchecked where no GPU energy is readable",
+    )
+    max_power_w: float | None = Field(
+        None, gt=0, description="mean GPU power over each measured workload, at most (W, summed over the trial's "
+        "GPUs); unchecked where no GPU power is readable",
+    )
     max_regression: dict[str, float] = Field(
         default_factory=dict,
         description="measurement family (prefill_tps, ttft_ms, ...) or one measurement (prefill_tps.512) -> "
@@ -484,10 +536,14 @@ class SearchSpace(Strict):
         if unmeasured:
             raise ValueError(f"gates.max_regression names {', '.join(unmeasured)}, which this workload does not measure "
                              f"(it measures {', '.join(sorted(measured_families(self.workload)))})")
+        if self.objective.energy and self.objective.concurrency is None and self.objective.energy_of not in self.workload.prompt_sets:
+            raise ValueError(f"objective.energy_workload {self.objective.energy_of} is a prompt set the workload does not "
+                             f"decode (workload.prompt_sets: {self.workload.prompt_sets})")
         level = self.objective.concurrency
         if level is not None and level not in self.workload.concurrency:
-            raise ValueError(f"objective.metric {self.objective.metric} needs {level} in workload.concurrency "
-                             f"(now {self.workload.concurrency})")
+            what = (f"objective.energy_workload {self.objective.energy_of}" if self.objective.energy
+                    else f"objective.metric {self.objective.metric}")
+            raise ValueError(f"{what} needs {level} in workload.concurrency (now {self.workload.concurrency})")
         bad = {k: f for k, f in self.plugin_flags.items() if not f.startswith("--")}
         if bad:
             raise ValueError(f"plugin_flags must map knobs to --flags: {bad}")
@@ -1010,6 +1066,145 @@ class GateOutcome(Record):
         return self.status == "pass"
 
 
+# ---------------------------------------------------------------- energy and the GPU's state (autotune/bench/energy.py)
+
+
+class EnergyMethod(str, Enum):
+    """How a workload's energy was read."""
+
+    COUNTER = "nvml_energy_counter"  # nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded
+    POWER_SAMPLES = "nvml_power_samples"  # nvmlDeviceGetPowerUsage sampled at >= 10 Hz, integrated (trapezoids)
+    RAPL = "rapl"  # the CPU package's powercap counter (energy_uj)
+
+
+class ClockEvent(str, Enum):
+    """Why a GPU's clocks were held down (NVML's clocks-event reasons, once called throttle reasons)."""
+
+    GPU_IDLE = "gpu_idle"
+    APPLICATIONS_CLOCKS = "applications_clocks_setting"
+    SW_POWER_CAP = "sw_power_cap"
+    HW_SLOWDOWN = "hw_slowdown"
+    SYNC_BOOST = "sync_boost"
+    SW_THERMAL = "sw_thermal_slowdown"
+    HW_THERMAL = "hw_thermal_slowdown"
+    HW_POWER_BRAKE = "hw_power_brake_slowdown"
+    DISPLAY_CLOCKS = "display_clock_setting"
+
+
+#: clock events that make a measurement not the config's speed: the GPU was slowed by heat or by
+#: its hardware (a power cap reached under load is the config's own cost, and is only recorded)
+THROTTLE_EVENTS = frozenset({ClockEvent.HW_SLOWDOWN, ClockEvent.SW_THERMAL, ClockEvent.HW_THERMAL,
+                             ClockEvent.HW_POWER_BRAKE})
+
+
+class GpuState(Record):
+    """One GPU's state, read at the start of a trial or over a workload (the lowest clocks seen, every
+    clock event seen, the hottest temperature); None: NVML did not give it."""
+
+    index: int
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    events: list[ClockEvent] = Field(default_factory=list)
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+
+    @property
+    def throttled(self) -> bool:
+        return any(e in THROTTLE_EVENTS for e in self.events)
+
+
+class EnergyReading(Record):
+    """The energy of one domain (the trial's GPUs together, or the CPU packages) over one window."""
+
+    joules: float
+    seconds: float
+    mean_power_w: float
+    idle_power_w: float | None = Field(None, description="the same devices' power before the launch")
+    method: EnergyMethod
+    devices: list[int] = Field(description="GPU indexes (NVML), or RAPL package zones, summed")
+
+    @property
+    def active_joules(self) -> float | None:
+        """Energy above idle: joules - idle power x seconds (None without an idle reading)."""
+        if self.idle_power_w is None:
+            return None
+        return max(0.0, self.joules - self.idle_power_w * self.seconds)
+
+
+#: workloads whose output tokens are not decode: prefill's two tokens per prompt, and a long-context
+#: decode's long cold prompt, make a J per output token that says nothing of decoding
+NOT_DECODE_WORKLOADS = ("prefill", "long_decode")
+
+
+class WorkloadEnergy(Record):
+    """One measured workload's energy and the GPUs' state over it."""
+
+    workload: str = Field(description="prose / structured (decode), prefill, long_decode, cN (a wave), capacity")
+    output_tokens: int = Field(description="output tokens of its successful requests")
+    gpu: EnergyReading | None = Field(None, description="None: no GPU energy readable (not measured, never zero)")
+    cpu: EnergyReading | None = Field(None, description="None: no readable RAPL counter")
+    gpu_state: list[GpuState] = Field(default_factory=list, description="per GPU over the window")
+
+    @property
+    def decodes(self) -> bool:
+        """Whether its output tokens are decode (a J per output token means something)."""
+        return self.workload not in NOT_DECODE_WORKLOADS
+
+    @property
+    def gpu_j_per_token(self) -> float | None:
+        ok = self.gpu is not None and self.decodes and self.output_tokens > 0 and self.gpu.joules > 0
+        return self.gpu.joules / self.output_tokens if ok and self.gpu else None
+
+    @property
+    def tokens_per_gpu_joule(self) -> float | None:
+        per_token = self.gpu_j_per_token
+        return 1.0 / per_token if per_token else None
+
+    @property
+    def active_gpu_j_per_token(self) -> float | None:
+        active = self.gpu.active_joules if self.gpu else None
+        return active / self.output_tokens if active is not None and self.decodes and self.output_tokens else None
+
+
+class TrialEnergy(Record):
+    """A trial's energy per workload and its GPUs' state. Energy is GPU-only (and the CPU packages
+    where RAPL is readable): on GB10 the GPU is about 30 % of the box, so a J/token here is not the box's."""
+
+    gpus: list[int] = Field(default_factory=list, description="the GPUs counted (NVML indexes on this host)")
+    gpu_method: EnergyMethod | None = Field(None, description="None: no GPU energy readable")
+    absent: str | None = Field(None, description="why GPU energy is not measured (no NVML, no counter, ...)")
+    idle_gpu_power_w: float | None = Field(None, description="the GPUs' power summed, read before the launch")
+    start_state: list[GpuState] = Field(default_factory=list, description="per GPU, before the launch")
+    workloads: list[WorkloadEnergy] = Field(default_factory=list)
+    nodes_counted: int = Field(1, description="nodes whose GPUs are counted (only this host's are read)")
+    nodes: int = Field(1, description="nodes the trial ran on")
+
+    def of(self, workload: str) -> WorkloadEnergy | None:
+        return next((w for w in self.workloads if w.workload == workload), None)
+
+    def states(self) -> list[GpuState]:
+        return [*self.start_state, *(s for w in self.workloads for s in w.gpu_state)]
+
+    @property
+    def throttled(self) -> bool:
+        return any(s.throttled for s in self.states())
+
+    def sm_clock_mhz(self) -> float | None:
+        """The median over the workloads of each one's lowest SM clock (GPUs together): what this
+        launch ran at, compared with the host's usual (autotune/verdict/gpu_state.py)."""
+        clocks = [min(c) for w in self.workloads
+                  if (c := [s.sm_clock_mhz for s in w.gpu_state if s.sm_clock_mhz is not None])]
+        return statistics.median(clocks) if clocks else None
+
+
+class GpuStateFlag(str, Enum):
+    """Why a trial's launch is not the config's speed (autotune/verdict/gpu_state.py)."""
+
+    THROTTLED = "throttled"  # a thermal or hardware slowdown during a workload
+    LOW_CLOCKS = "low_clocks"  # SM clocks below the host's usual by more than the set share
+
+
 # interrupted (Ctrl-C / SIGTERM) and crashed (autotune itself died or raised) attempts are re-run
 # once on resume; a second such attempt counts as a failure of the candidate
 TrialStatus = Literal["ok", "failed", "skipped", "interrupted", "crashed"]
@@ -1062,6 +1257,9 @@ class TrialResult(Record):
     log_path: str | None = None
     capacity: CapacityReport | None = Field(
         None, description="objective capacity_at_slo: every concurrency level probed and the capacity found"
+    )
+    energy: TrialEnergy | None = Field(
+        None, description="energy per measured workload and the GPUs' state (None: trials stored before it)"
     )
 
     def measurement(self, name: str) -> Measurement | None:
@@ -1476,6 +1674,10 @@ class Recipe(Record):
     verdict: RecipeVerdict | None = Field(None, description="measured recipes: why (or whether) this is the winner")
     capacity: CapacityReport | None = Field(
         None, description="objective capacity_at_slo: the SLO the capacity was measured under and every level probed"
+    )
+    energy: list[str] = Field(
+        default_factory=list, description="the trial's GPU energy per workload (GPU only), CPU package energy and "
+        "GPU state; 'not measured (no counter)' where absent; empty for trials stored before autotune read it",
     )
     provenance: Provenance
 

@@ -37,9 +37,11 @@ from autotune.models import (
     LearnedFailure,
     ProbeResult,
     SearchSpace,
+    TrialEnergy,
     TrialResult,
     utc_now,
 )
+from autotune.verdict.gpu_state import flags_of, usual_clock
 from autotune.verdict.noise import LaunchNoise, pooled
 
 MIGRATIONS = Migrations("autotune")
@@ -222,6 +224,15 @@ def m007_accuracy_failures(db: sqlite_utils.Database) -> None:
         {"id": int, "study": str, "trial": int, "knob_values": str, "result": str, "created_at": str}, pk="id"
     )
     db["accuracy_failures"].create_index(["study"])
+
+
+@MIGRATIONS()
+def m008_launch_gpu_state(db: sqlite_utils.Database) -> None:
+    # the GPU's state in each launch (autotune/verdict/gpu_state.py): its SM clock over the
+    # workloads and whether it throttled; a throttled or slow-clocked launch joins no noise pool.
+    # Samples stored before have neither (NULL): they join as before
+    db["launch_samples"].add_column("sm_clock_mhz", float)
+    db["launch_samples"].add_column("throttled", int)
 
 
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
@@ -572,10 +583,10 @@ class Store:
 
     def add_launch_sample(
         self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int,
-        *, metric: str,
+        *, metric: str, energy: TrialEnergy | None = None,
     ) -> int:
-        """One launch's objective value; `metric` names the objective it measures (its study's).
-        Returns the sample's id."""
+        """One launch's objective value; `metric` names the objective it measures (its study's),
+        `energy` the GPU's state in that launch (its clock, whether it throttled). Returns the sample's id."""
         return self.db["launch_samples"].insert(
             {
                 "host_key": host_key,
@@ -587,14 +598,25 @@ class Store:
                 "trial": trial,
                 "measured_at": utc_now(),
                 "metric": metric,
+                "sm_clock_mhz": energy.sm_clock_mhz() if energy else None,
+                "throttled": int(energy.throttled) if energy else None,
             }
         ).last_pk
+
+    def slowed_samples(self, host_key: str, engine: str) -> frozenset[int]:
+        """Launch samples measured on a slowed GPU (throttled, or SM clocks below the host's usual by
+        more than autotune.verdict.gpu_state.CLOCK_DROP_SHARE): left out of every noise pool."""
+        rows = list(self.db["launch_samples"].rows_where("host_key = ? and engine = ?", [host_key, engine]))
+        usual = usual_clock([r["sm_clock_mhz"] for r in rows if r.get("sm_clock_mhz") and not r.get("throttled")])
+        return frozenset(r["id"] for r in rows if flags_of(r.get("sm_clock_mhz"), bool(r.get("throttled")), usual))
 
     def launch_groups(
         self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
     ) -> list[list[float]]:
         """Objectives per (study, candidate) on this host and engine, of this objective metric only:
-        one list per config launched; `exclude` leaves out samples by id."""
+        one list per config launched; `exclude` leaves out samples by id, and a launch on a slowed
+        GPU is always left out."""
+        exclude = exclude | self.slowed_samples(host_key, engine)
         groups: dict[tuple[str, str], list[float]] = {}
         rows = self.db["launch_samples"].rows_where(
             "host_key = ? and engine = ? and metric = ?", [host_key, engine, metric], order_by="id"

@@ -11,3 +11,15 @@ model:
   context_max: 2048
 hardware: auto
 """
+
+#: the shortest workload a real-engine study measures: one prose prompt, once, 16 tokens, no prefill
+#: (plain text, no braces: it goes into the templates as it is)
+ONE_PROSE_PROMPT = """workload:
+  decode_max_tokens: 16
+  prompt_sets: [prose]
+  prompts_per_set: 1
+  repeats: 1
+  warmup_requests: 1
+  prefill_tokens: []
+  startup_timeout_s: 120
+"""

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from docker_daemon import daemon_image, labelled, wait_until_none
-from gemma_space import GEMMA_ON_LLAMACPP
+from gemma_space import GEMMA_ON_LLAMACPP, ONE_PROSE_PROMPT
 from procs import engine_pids
 from real_study import ROOT
 
@@ -36,15 +36,7 @@ name: docker-study
 """ + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-workload:
-  decode_max_tokens: 16
-  prompt_sets: [prose]
-  prompts_per_set: 1
-  repeats: 1
-  warmup_requests: 1
-  prefill_tokens: []
-  startup_timeout_s: 120
-gates: {{needle: null, qeval: null}}
+""" + ONE_PROSE_PROMPT + """gates: {{needle: null, qeval: null}}
 """
 
 

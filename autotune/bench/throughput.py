@@ -304,10 +304,12 @@ def objective_value(measurements: list[Measurement], objective: Objective) -> tu
     """(objective, score): objective from the medians, score = objective minus its noise."""
     by_name = {m.name: m for m in measurements}
     metric = objective.metric
-    if objective.capacity:  # streams: one search per launch, no within-launch spread to take off
-        found = by_name.get(metric)
+    if objective.capacity or objective.energy:  # one value per launch: no within-launch spread to take off
+        name = f"tokens_per_gpu_joule.{objective.energy_of}" if objective.energy else metric
+        found = by_name.get(name)
         if found is None:
-            raise MeasurementFailed(f"objective {metric}: nothing measured")
+            why = " (no GPU energy counter or power reading on this host)" if objective.energy else ""
+            raise MeasurementFailed(f"objective {metric}: nothing measured{why}")
         return found.median, found.median
     if metric == "decode_tps_geomean":
         parts = [m for n, m in by_name.items() if n.startswith("decode_tps.")]

@@ -88,7 +88,7 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
     verdict = recipe_verdict(space, result, chosen)
     recipe = recipe_from_trial(
         space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path), verdict=verdict,
-        accuracy_on=result.accuracy,
+        accuracy_on=result.accuracy, trials=result.trials,
     )
     text = render_recipe(recipe, output)
     store.save_recipe(name, chosen.number, recipe.kind, text)

@@ -47,10 +47,10 @@ def relaunch_baseline_for_noise(
     for i in range(max(0, budget.how_many_fit(wanted, relaunch_s(outcome.trials, plan.space.objective,
                                                                    plan.store.relaunch_seconds(plan.study))))):
         events(f"noise relaunch {i + 1}/{wanted}: baseline")
-        value = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
-        if value is not None:
-            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, value, "noise", base.number,
-                                         metric=plan.space.objective.metric)
+        again = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
+        if again.objective is not None:
+            plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, again.objective, "noise",
+                                         base.number, metric=plan.space.objective.sample_metric, energy=again.energy)
         made += 1
     return made
 
@@ -155,11 +155,12 @@ def _confirm(
             update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
         )
 
-    def keep(arm: TrialResult, round_: int, value: float | None, seconds: float) -> ConfirmationLaunch:
+    def keep(arm: TrialResult, round_: int, again: TrialResult, seconds: float) -> ConfirmationLaunch:
         sample = None
+        value = again.objective
         if value is not None:
             sample = store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, "confirm",
-                                             arm.number, metric=plan.space.objective.metric)
+                                             arm.number, metric=plan.space.objective.sample_metric, energy=again.energy)
         return store.add_confirmation_launch(ConfirmationLaunch(
             id=0, study=plan.study, best_trial=best.number, baseline_trial=base.number, round=round_, trial=arm.number,
             objective=value, duration_s=round(seconds, 3), sample_id=sample,
@@ -167,9 +168,10 @@ def _confirm(
 
     # the verdict pools its own launches with the host's noise: the prior must not hold them again
     own = frozenset(x.sample_id for x in earlier if x.sample_id is not None)
-    prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.metric, exclude=own)
+    prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.sample_metric, exclude=own)
     store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, keep, events, prior, earlier,
-                                    total=confirm_rounds, clock=budget.clock))
+                                    total=confirm_rounds, clock=budget.clock,
+                                    slowed=lambda: store.slowed_samples(host_key, plan.space.engine)))
     cut = None
     if rounds < missing:
         cut = (f"confirmation: {rounds_done(earlier) + rounds} of {confirm_rounds} rounds so far, the time budget left "

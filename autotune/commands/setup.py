@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune.engines import Engine, get_engine
-from autotune.errors import ConfigError, ModelNotFound, NoValidCandidate
+from autotune.errors import ConfigError, EnergyUnavailable, ModelNotFound, NoValidCandidate
 from autotune.hardware.device import detect, host_fingerprint
 from autotune.hardware.profiles import GIB_IN_GB, parallel_layout, resolve_hardware
 from autotune.engines.base import Knobs
@@ -181,6 +181,23 @@ def cluster_for(
     return local_cluster(nodes, temp_root, gpus_per_node=hardware.gpus_per_node)
 
 
+def check_energy_readable(space: SearchSpace) -> None:
+    """An objective of GPU energy needs an energy counter or power readings on this host: refused
+    (exit 3) before runs.db opens, not a study whose every trial fails."""
+    if not space.objective.energy:
+        return
+    from autotune.bench.energy import EnergyMeter
+
+    meter = EnergyMeter.open(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    try:
+        if meter.method is None:
+            raise EnergyUnavailable(f"objective {space.objective.metric} needs the GPU's energy, and this host has "
+                                    f"none to read ({meter.absent}); rank by tok/s here (objective.metric "
+                                    "decode_tps_geomean), energy is then recorded where readable")
+    finally:
+        meter.close()
+
+
 def prepare(
     *,
     space_name: str,
@@ -202,6 +219,7 @@ def prepare(
     if not dry_run:
         engine.check_available()
         engine.preflight(space)
+        check_energy_readable(space)
     try:
         model = resolve_model(space.model, model_path)
     except ModelNotFound:

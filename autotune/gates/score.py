@@ -2,7 +2,8 @@
 
 Gates: needle retrieval must pass at every length and depth of the study's needle test; qeval must
 not be worse than the reference (trial 0 of this study) by a one-sided exact McNemar test nor by
-more than the margin; TTFT / TPOT SLOs when the space sets them; `max_regression` (no quantity worse than the baseline
+more than the margin; TTFT / TPOT SLOs when the space sets them; GPU J per output token and mean GPU power
+(`max_gpu_j_per_token`, `max_power_w`, unchecked where no GPU energy is readable); `max_regression` (no quantity worse than the baseline
 by more than the space allows). Each gate is pass, fail or
 unchecked: missing evidence (not measured, no reference) is `unchecked`, and only `pass` on every
 configured gate makes a trial eligible. Ranking: eligible trials by score (objective median minus
@@ -52,6 +53,34 @@ def slo_gate(result: TrialResult, prefix: str, limit: float, label: str) -> Gate
         status="pass" if value <= limit else "fail",
         detail=f"median {label} {value:.1f} ms vs limit {limit:.1f} ms",
     )
+
+
+NOT_MEASURED = "not measured (no counter)"
+
+
+def gpu_j_per_token_gate(result: TrialResult, limit: float) -> GateOutcome:
+    """Every decode workload's GPU joules per output token at most `limit` (GPU energy only)."""
+    energy = result.energy
+    measured = [(w.workload, w.gpu_j_per_token) for w in (energy.workloads if energy else [])
+                if w.gpu_j_per_token is not None]
+    if not measured or (energy and energy.nodes_counted < energy.nodes):
+        why = energy.absent if energy and energy.absent else NOT_MEASURED
+        return unchecked("gpu_j_per_token", f"GPU J/token {why}")
+    worst, value = max(measured, key=lambda x: x[1] or 0.0)
+    return GateOutcome(gate="gpu_j_per_token", status="pass" if (value or 0.0) <= limit else "fail",
+                       detail=f"worst {value:.4g} J/token ({worst}) vs limit {limit:g}; GPU energy only")
+
+
+def power_gate(result: TrialResult, limit: float) -> GateOutcome:
+    """Every workload's mean GPU power (the trial's GPUs summed) at most `limit` W."""
+    energy = result.energy
+    measured = [(w.workload, w.gpu.mean_power_w) for w in (energy.workloads if energy else []) if w.gpu is not None]
+    if not measured:
+        why = energy.absent if energy and energy.absent else NOT_MEASURED
+        return unchecked("power", f"GPU power {why}")
+    worst, value = max(measured, key=lambda x: x[1])
+    return GateOutcome(gate="power", status="pass" if value <= limit else "fail",
+                       detail=f"highest mean GPU power {value:.0f} W ({worst}) vs limit {limit:g} W")
 
 
 def qeval_outcome(result: TrialResult, reference: TrialResult | None, gates: Gates) -> GateOutcome:
@@ -105,6 +134,10 @@ def evaluate_gates(
         outcomes.append(slo_gate(result, "ttft_ms.", gates.ttft_ms_max, "ttft"))
     if gates.tpot_ms_max is not None:
         outcomes.append(slo_gate(result, "tpot_ms.", gates.tpot_ms_max, "tpot"))
+    if gates.max_gpu_j_per_token is not None:
+        outcomes.append(gpu_j_per_token_gate(result, gates.max_gpu_j_per_token))
+    if gates.max_power_w is not None:
+        outcomes.append(power_gate(result, gates.max_power_w))
     if gates.max_regression:
         outcomes.append(regression_gate(result, baseline, gates.max_regression))
     return outcomes

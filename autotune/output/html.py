@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 from autotune.errors import ConfigError
 from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult
 from autotune.verdict.noise import single_launch_verdict
-from autotune.output.terminal import diff_label
+from autotune.output.terminal import diff_label, fmt_objective, fmt_samples
 from autotune.gates.score import verdict
 from autotune.store import Store
 from autotune.study.tuner import StudyOutcome, outcome_of
@@ -260,7 +260,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
         return '<p class="bad">No trial ran and passed its gates: no winner.</p>'
     lines = [
         f"<p><b>best: trial {best.number}</b> <code>{_e(diff_label(best.candidate, base.candidate if base else None))}</code>"
-        f" &mdash; {_fmt(best.objective)} {_e(outcome.objective.unit)} {_e(outcome.objective.short)}</p>"
+        f" &mdash; {fmt_objective(best.objective, outcome.objective)} {_e(outcome.objective.unit)} {_e(outcome.objective.short)}</p>"
     ]
     if best.capacity is not None:
         lines.append(f"<p>capacity at the SLO: {_e(best.capacity.describe())}; median of per-level P99 TTFT "
@@ -271,7 +271,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
         ratio = best.objective / base.objective
         judged = single_launch_verdict(ratio, outcome.noise)
         lines.append(
-            f"<p>vs baseline (trial {base.number}, engine defaults) {_fmt(base.objective)} {_e(outcome.objective.unit)}: "
+            f"<p>vs baseline (trial {base.number}, engine defaults) {fmt_objective(base.objective, outcome.objective)} {_e(outcome.objective.unit)}: "
             f"<b>x{ratio:.2f}</b>, one launch each ({judged}; {_e(noise_text)})</p>"
         )
     elif best.number == 0:
@@ -281,8 +281,8 @@ def verdict_section(outcome: StudyOutcome) -> str:
         cls = "good" if c.winner else "bad"
         lines.append(
             f'<p class="{cls}">confirmation ({c.rounds} interleaved rounds, baseline and best relaunched '
-            f"alternately): {_e(c.verdict)}<br>best {[round(x, 1) for x in c.best_samples]} vs baseline "
-            f"{[round(x, 1) for x in c.baseline_samples]} {_e(outcome.objective.unit)}; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
+            f"alternately): {_e(c.verdict)}<br>best {fmt_samples(c.best_samples, outcome.objective)} vs baseline "
+            f"{fmt_samples(c.baseline_samples, outcome.objective)} {_e(outcome.objective.unit)}; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
         )
     elif base is not None and best.number == base.number:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
@@ -321,7 +321,7 @@ def trials_section(outcome: StudyOutcome) -> str:
                 f"{t.number}{' &#9733;' if best and best.number == t.number else ''}",
                 f"<code>{_e(diff_label(t.candidate, base))}</code>",
                 _e(status),
-                _fmt(t.objective),
+                fmt_objective(t.objective, outcome.objective),
                 _fmt(t.predicted.get("decode_tps"), 0),
                 _fmt(_median(t, "ttft_ms.prose"), 0),
                 _e("pass" if t.needle and all(c.passed for c in t.needle.cases) else ("FAIL" if t.needle else "-")),
@@ -333,7 +333,7 @@ def trials_section(outcome: StudyOutcome) -> str:
             ]
         )
     return _table(
-        ["#", "config (vs baseline)", "status", "tok/s", "pred.", "TTFT ms", "needle", "qeval", "start s",
+        ["#", "config (vs baseline)", "status", outcome.objective.unit, "pred.", "TTFT ms", "needle", "qeval", "start s",
          "measure s", "total s", "verdict"],
         rows,
         "trials",
@@ -409,7 +409,8 @@ def recipe_section(store: Store, outcome: StudyOutcome, space: SearchSpace, row:
     best = outcome.best
     if best is None or best.launch is None:
         return "<p>No recipe: no trial ran and passed its gates.</p>"
-    recipe = recipe_from_trial(space, best, outcome.baseline, row["hardware"], row["nodes"], str(store.path))
+    recipe = recipe_from_trial(space, best, outcome.baseline, row["hardware"], row["nodes"], str(store.path),
+                               trials=outcome.trials)
     return (
         f"<p>What <code>autotune export --study {_e(outcome.name)}</code> writes for trial {best.number}:</p>"
         f"<pre>{_e(to_yaml(recipe))}</pre>"
@@ -424,6 +425,26 @@ th{background:#f4f6f8} td code{white-space:normal;word-break:break-word} pre{bac
 .good{color:#17823b} .bad{color:#b3261e} .st-works{color:#17823b} .st-fails{color:#b3261e} .st-unsupported{color:#a66f00}
 .st-untested{color:#888} .meta{color:#555} nav a{margin-right:12px}
 """
+
+
+def energy_section(outcome: StudyOutcome) -> str:
+    """Each trial's energy per workload and its GPUs' state; what is absent says so."""
+    from autotune.output import energy
+
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    parts = []
+    table_rows = energy.rows(launched)
+    if table_rows:
+        parts.append(_table(energy.HEADERS, [[_e(c) for c in row] for row in table_rows], "energy"))
+        parts.append(f"<p class='meta'>{_e(energy.GPU_ONLY)}. W: mean GPU power over the workload (idle: before "
+                     "the launch); active J/token: above idle.</p>")
+    for line in filter(None, (energy.absent_line(launched), energy.multi_node_line(launched))):
+        parts.append(f"<p>{_e(line)}</p>")
+    notes = energy.state_notes(launched)
+    if notes:
+        parts.append('<p class="bad">Measured on a slowed GPU:</p><ul>'
+                     + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts) or "<p>No trial of this study recorded its energy (stored before autotune read it).</p>"
 
 
 def build_html(store: Store, study: str) -> str:
@@ -454,6 +475,7 @@ def build_html(store: Store, study: str) -> str:
          else "<p>Every trial that ran had the same knob values.</p>"),
         ("trials", "Trials", trials_section(outcome)
          + (_figure_html(time_figure(launched), "plot-time", 340) if launched else "")),
+        ("energy", "Energy and GPU state", energy_section(outcome)),
         ("pruned", "Pruned before launching", pruned_section(outcome) + learned_section(store, outcome, space, row)),
         ("probes", "Host probe matrix", probes_section(probes, hosts[0] if hosts else None)),
         ("planner", "Planner: predicted vs measured",

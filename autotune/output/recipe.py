@@ -19,6 +19,7 @@ from autotune import __version__
 from autotune.errors import ConfigError
 from autotune.yaml_files import first_errors
 from autotune.model.shapes import DUMMY_ACCURACY, dummy_weights
+from autotune.output.energy import recipe_lines
 from autotune.models import (
     Candidate,
     LaunchSpec,
@@ -112,7 +113,10 @@ def recipe_from_trial(
     db_path: str | None = None,
     verdict: RecipeVerdict | None = None,
     accuracy_on: bool = True,
+    trials: list[TrialResult] | None = None,
 ) -> Recipe:
+    """The recipe of a measured trial; `trials` (the study's) give the host's usual GPU clock its
+    state is judged against."""
     if trial.launch is None:
         raise ValueError(f"trial {trial.number} has no launch to export")
     base_numbers = (
@@ -131,6 +135,7 @@ def recipe_from_trial(
         baseline=base_numbers,
         verdict=verdict,
         capacity=trial.capacity,
+        energy=recipe_lines(trial, trials if trials is not None else [trial]),
         provenance=Provenance(
             study=trial.study,
             trial=trial.number,
@@ -202,6 +207,8 @@ def to_yaml(recipe: Recipe) -> str:
         data["launch"].pop("ready", None)
     if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
         data.pop("capacity", None)
+    if not data.get("energy"):  # predicted recipes, and trials stored before autotune read energy
+        data.pop("energy", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

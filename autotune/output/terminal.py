@@ -39,6 +39,18 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def fmt_objective(value: float | None, objective: Objective) -> str:
+    """An objective's value as printed: tokens per joule (about 0.1-10) with 4 significant digits."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if objective.energy else f"{value:.1f}"
+
+
+def fmt_samples(values: list[float], objective: Objective) -> str:
+    """A confirmation's objectives, one per launch: [49.2, 48.1]."""
+    return "[" + ", ".join(fmt_objective(v, objective) for v in values) + "]"
+
+
 def diff_label(candidate: Candidate, baseline: Candidate | None) -> str:
     """The knobs where a candidate differs from the baseline; the baseline itself says so."""
     if baseline is None:
@@ -204,7 +216,7 @@ class RichReporter:
                 line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
         elif result.status == "ok":
             line = (
-                f"  {self.objective.short} {_fmt(result.objective)} tok/s (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
+                f"  {self.objective.short} {fmt_objective(result.objective, self.objective)} {self.objective.unit} (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
                 f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
                 f"TTFT {_fmt(_median(result, 'ttft_ms.prose'), 0)} ms"
             )
@@ -229,7 +241,7 @@ class RichReporter:
         line += f" [dim]({took})[/]"
         self.console.print(line)
         if best is not None:
-            self.console.print(f"  best so far: trial {best.number}, {_fmt(best.objective)} {self.objective.unit} {self.objective.short} "
+            self.console.print(f"  best so far: trial {best.number}, {fmt_objective(best.objective, self.objective)} {self.objective.unit} {self.objective.short} "
                                f"({best.candidate.label()})")
         left = self.total - self.launched
         eta = self._eta_for(left)
@@ -298,10 +310,10 @@ def table_caption(objective: Objective) -> str:
 WIDE_COLUMNS = 130  # below this the table stacks each trial's config and verdict under its numbers
 
 
-def _cells(t: TrialResult, unit: str = "tok/s") -> dict[str, str]:
+def _cells(t: TrialResult, objective: Objective) -> dict[str, str]:
     prefill = [m.median for m in t.measurements if m.name.startswith("prefill_tps.")]
     return {
-        unit: _fmt(t.objective if t.capacity is None else t.capacity.capacity, 0 if t.capacity else 1),
+        objective.unit: _fmt(t.capacity.capacity, 0) if t.capacity else fmt_objective(t.objective, objective),
         "pred.": _fmt(t.predicted.get("decode_tps"), 0),
         "prose": _fmt(_median(t, "decode_tps.prose")),
         "struct": _fmt(_median(t, "decode_tps.structured")),
@@ -327,7 +339,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
         table.add_column("#", no_wrap=True)
         table.add_column("config / numbers / verdict", overflow="fold")
         for t in launched:
-            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t, outcome.objective.unit).items())
+            numbers = "  ".join(f"{k} {v}" for k, v in _cells(t, outcome.objective).items())
             cell = Text()
             cell.append(diff_label(t.candidate, base), style="bold")
             cell.append("\n" + numbers)
@@ -342,7 +354,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
         table.add_column(col, no_wrap=True, justify="right")
     table.add_column("verdict", overflow="fold", min_width=8)
     for t in launched:
-        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t, outcome.objective.unit).values(),
+        table.add_row(_number_cell(t, best), diff_label(t.candidate, base), *_cells(t, outcome.objective).values(),
                       verdict(t))
     return table
 
@@ -375,11 +387,43 @@ def capacity_table(outcome: StudyOutcome) -> Table | None:
     return table
 
 
+def energy_table(outcome: StudyOutcome) -> Table | None:
+    """Each measured workload's GPU energy and the GPUs' state (None when no trial read a GPU)."""
+    from autotune.output import energy
+
+    rows = energy.rows([t for t in outcome.trials if t.status != "skipped"])
+    if not rows:
+        return None
+    table = Table(title="energy per workload (GPU only)", caption=f"{energy.GPU_ONLY}. W: mean GPU power (idle: "
+                  "before the launch); active J/token: above idle; SM/mem MHz: median per GPU")
+    for column in energy.HEADERS:
+        table.add_column(column, justify="left" if column in ("#", "workload", "clock events") else "right",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_energy(console: Console, outcome: StudyOutcome) -> None:
+    """The energy table, what was not measured, and the trials measured on a slowed GPU."""
+    from autotune.output import energy
+
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    table = energy_table(outcome)
+    if table is not None:
+        console.print(table)
+    for line in filter(None, (energy.absent_line(launched), energy.multi_node_line(launched))):
+        console.print(line, markup=False, highlight=False)
+    for note in energy.state_notes(launched):
+        console.print(f"[yellow]slowed GPU[/] {note}", highlight=False)
+
+
 def print_trials(console: Console, outcome: StudyOutcome) -> None:
     console.print(trials_table(outcome, console.width))
     searched = capacity_table(outcome)
     if searched is not None:
         console.print(searched)
+    print_energy(console, outcome)
     if outcome.skipped_reasons:
         console.print("[bold]pruned before launching[/] (reason: count)")
         for reason, count in sorted(outcome.skipped_reasons.items(), key=lambda x: -x[1]):
@@ -447,7 +491,8 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         ratio = best.objective / base.objective
         judged = single_launch_verdict(ratio, noise)
         console.print(
-            f"  {best.objective:.1f} vs baseline {base.objective:.1f} {outcome.objective.unit} {outcome.objective.short}: x{ratio:.2f}, one launch each "
+            f"  {fmt_objective(best.objective, outcome.objective)} vs baseline "
+            f"{fmt_objective(base.objective, outcome.objective)} {outcome.objective.unit} {outcome.objective.short}: x{ratio:.2f}, one launch each "
             f"({judged}; {noise_text})"
         )
     elif best.number == 0:
@@ -469,8 +514,8 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
     c = outcome.confirmation
     if c and c.best_trial == best.number:
         console.print(
-            f"  confirmation: {c.verdict}; best {[round(x, 1) for x in c.best_samples]} vs "
-            f"baseline {[round(x, 1) for x in c.baseline_samples]} {outcome.objective.unit}"
+            f"  confirmation: {c.verdict}; best {fmt_samples(c.best_samples, outcome.objective)} vs "
+            f"baseline {fmt_samples(c.baseline_samples, outcome.objective)} {outcome.objective.unit}"
         )
     elif best.number != 0:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")

@@ -20,9 +20,9 @@ from autotune.models import SearchSpace
 
 
 #: Gates fields added after studies were first fingerprinted (left out while empty)
-LATER_GATES = ("max_regression",)
+LATER_GATES = ("max_regression", "max_gpu_j_per_token", "max_power_w")
 #: Objective fields added since (left out while unset), e.g. capacity_at_slo's slo
-LATER_OBJECTIVE = ("slo",)
+LATER_OBJECTIVE = ("slo", "energy_workload")
 
 
 def experiment(space: SearchSpace) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from autotune.trial.run import TrialContext, objective_only, run_trial
 from autotune.verdict.confirmation import rounds_done, verdict_of
 from autotune.verdict.noise import LaunchNoise
 
-#: stores one relaunch of a round (arm, round, objective or None, seconds) and returns it with its id
-KeepLaunch = Callable[[TrialResult, int, "float | None", float], ConfirmationLaunch]
+#: stores one relaunch of a round (arm, round, the relaunch's result, seconds) and returns it with its id
+KeepLaunch = Callable[[TrialResult, int, TrialResult, float], ConfirmationLaunch]
 
 
 def decode_only(ctx: TrialContext) -> TrialContext:
@@ -33,11 +33,10 @@ def decode_only(ctx: TrialContext) -> TrialContext:
 
 def relaunch(
     ctx: TrialContext, arm: TrialResult, log_name: str, port: int, events: Callable[[str], None]
-) -> float | None:
-    """One decode-only launch of a measured config: its objective, or None when it failed."""
-    result = run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
-                       log_name=log_name)
-    return result.objective
+) -> TrialResult:
+    """One decode-only launch of a measured config (its objective None when it failed)."""
+    return run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
+                     log_name=log_name)
 
 
 def confirm(
@@ -52,9 +51,11 @@ def confirm(
     earlier: list[ConfirmationLaunch] | None = None,
     total: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    slowed: Callable[[], frozenset[int]] = frozenset,
 ) -> Confirmation:
     """Run `rounds` more rounds after the `earlier` launches of this pair, then judge them all.
-    `total` is the rounds the study asks for in all (for the progress line)."""
+    `total` is the rounds the study asks for in all (for the progress line); `slowed()`, the launch
+    samples measured on a slowed GPU, read after the rounds."""
     launches = list(earlier or [])
     first = rounds_done(launches) + 1
     total = max(total or 0, first - 1 + rounds)
@@ -62,6 +63,7 @@ def confirm(
         for arm in (baseline, best):
             events(f"confirmation round {round_}/{total}: trial {arm.number}")
             started = clock()
-            value = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
-            launches.append(keep(arm, round_, value, clock() - started))
-    return verdict_of(ctx.study, best, baseline, launches, prior, ctx.space.objective.confirm_alpha, rounds)
+            result = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
+            launches.append(keep(arm, round_, result, clock() - started))
+    return verdict_of(ctx.study, best, baseline, launches, prior, ctx.space.objective.confirm_alpha, rounds,
+                      slowed())

@@ -197,7 +197,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         learned = store.accuracy_failures(name)
         trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base, learned)})
                   for t in trials]
-        noise = store.launch_noise(row["host_key"], row["engine"], objective.metric)
+        noise = store.launch_noise(row["host_key"], row["engine"], objective.sample_metric)
     base = baseline_of(trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
     return StudyOutcome(
@@ -581,7 +581,7 @@ class Tuner:
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(
                     self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
-                    metric=space.objective.metric,
+                    metric=space.objective.sample_metric, energy=result.energy,
                 )
             if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
@@ -621,7 +621,7 @@ class Tuner:
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
                                              result.objective, "gates relaunch", merged.number,
-                                             metric=self.ctx.space.objective.metric)
+                                             metric=self.ctx.space.objective.sample_metric, energy=result.energy)
             ranked = rank(judged())
             self.reporter.trial_finished(merged, ranked[0] if ranked else None)
 
@@ -643,7 +643,7 @@ class Tuner:
         if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
         trials = outcome_of(self.store, self.ctx.study).trials  # gates judged again: learned classes count
-        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.metric)
+        noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.sample_metric)
         if self.gates_at_end:  # the incumbent may have its own gates still to run
             head = optimistic_incumbent(trials)
             check = dominated_check(head, noise, incumbent_unchecked=bool(head and head.deferred))

@@ -7,8 +7,10 @@ TrialResult with status "failed", its failure class and the log lines that show 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.bench import throughput
 from autotune.bench.capacity import SLO_UNMET, SloUnmet
 from autotune.bench.client import OpenAIClient
+from autotune.bench.energy import EnergyMeter, energy_measurements
 from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, ConfigError, EngineStartError
@@ -34,7 +37,9 @@ from autotune.models import (
     NeedleReport,
     QevalReport,
     ReadyRequest,
+    RequestResult,
     SearchSpace,
+    TrialEnergy,
     TrialResult,
     utc_now,
 )
@@ -158,6 +163,24 @@ class Measured(BaseModel):
     skip: GatesSkipped | None = None  # why its gates did not run in this launch
     accuracy_from: int | None = None
     capacity: CapacityReport | None = None
+    energy: TrialEnergy | None = None
+
+
+def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
+    """The GPUs a launch uses on this host: CUDA_VISIBLE_DEVICES of its first node, else autotune's
+    own; without either, the first tensor x pipeline x data parallel ones where the candidate sets
+    those (a one-GPU trial on an 8-GPU box counts one GPU, not eight), else every GPU (None)."""
+    env = launch.nodes[0].env if launch.nodes else {}
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        return visible
+    sizes = [candidate.params.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")]
+    if not any(isinstance(n, int) for n in sizes) or len({n.node for n in launch.nodes}) > 1:
+        return None
+    ranks = 1
+    for n in sizes:
+        ranks *= n if isinstance(n, int) and n > 0 else 1
+    return ",".join(str(i) for i in range(ranks))
 
 
 async def measure(
@@ -169,6 +192,7 @@ async def measure(
     dominated: DominatedCheck | None = None,
     reuse: TrialResult | None = None,
     ready: ReadyRequest | None = None,
+    meter: EnergyMeter | None = None,
 ) -> Measured:
     from autotune.bench import capacity, needle, qeval
     from autotune.trial.requests import CountingClient, RequestProgress
@@ -176,13 +200,19 @@ async def measure(
 
     workload = ctx.space.workload
     out = Measured()
+    meter = meter or EnergyMeter(None, "not read: no meter for this measurement", [])
     served = ctx.model.served_name or ctx.model.name
     async with OpenAIClient(
         base_url, served, tokenize_path=ctx.engine.tokenize_path, timeout_s=workload.request_timeout_s
     ) as http_client:
         counted = RequestProgress(events, workload_requests(ctx.space, context_tokens(ctx.space, candidate)))
         guarded = StallGuard(http_client, base_url, ready, ctx.engine.health_path, workload.request_timeout_s)
-        client = CountingClient(guarded, counted.request_done)
+
+        def request_done(result: RequestResult) -> None:
+            counted.request_done(result)
+            meter.request_done(result)
+
+        client = CountingClient(guarded, request_done)
         sender = throughput.requests_for(client, workload)  # accuracy keeps the model's prompt_style
 
         def open_step(step: Step) -> None:
@@ -195,34 +225,43 @@ async def measure(
         before = await _scrape_counters(ctx.engine, base_url)
         for set_name in workload.prompt_sets:
             open_step(Step.decode(set_name))
-            out.measurements += await throughput.measure_decode(sender, set_name, workload)
+            with meter.window(set_name):
+                out.measurements += await throughput.measure_decode(sender, set_name, workload)
         spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
         if spec:
             out.measurements.append(spec)
         ctx_tokens = context_tokens(ctx.space, candidate)
         if workload.prefill_tokens:
             open_step(Step.of(Phase.PREFILL))
-            out.measurements += await throughput.measure_prefill(
-                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
-            )
+            with meter.window("prefill"):
+                out.measurements += await throughput.measure_prefill(
+                    sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
+                )
         if workload.decode_context_tokens:
             open_step(Step.long_decode())
-            out.measurements += await throughput.measure_long_decode(
-                sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
-            )
+            with meter.window("long_decode"):
+                out.measurements += await throughput.measure_long_decode(
+                    sender, workload, throughput.filler_prompt_builder(sender), ctx_tokens
+                )
         if any(c > 1 for c in workload.concurrency):
             open_step(Step.of(Phase.CONCURRENCY))
-            out.measurements += await throughput.measure_concurrency(sender, workload)
+            for level in (c for c in workload.concurrency if c > 1):  # one energy window per wave
+                with meter.window(f"c{level}"):
+                    out.measurements += await throughput.measure_concurrency(
+                        sender, workload.model_copy(update={"concurrency": [level]}))
         slo = ctx.space.objective.slo
         if slo is not None:
             open_step(Step.of(Phase.CAPACITY))
             pool = ctx.kv_pool(candidate) if ctx.kv_pool is not None else None
-            fit = await capacity.fit_streams(sender, workload, pool)
-            out.capacity = await capacity.search(
-                slo, lambda n: capacity.measure_level(sender, workload, slo, n, progress=events), fit)
+            with meter.window("capacity"):
+                fit = await capacity.fit_streams(sender, workload, pool)
+                out.capacity = await capacity.search(
+                    slo, lambda n: capacity.measure_level(sender, workload, slo, n, progress=events), fit)
             out.measurements += capacity.measurements(out.capacity)
             if out.capacity.capacity == 0:
                 raise capacity.SloUnmet(out.capacity)
+        out.energy = meter.record()
+        out.measurements += energy_measurements(out.energy)
         if dominated is not None and ctx.accuracy:
             objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
             out.skip = dominated(objective, score)
@@ -290,22 +329,24 @@ def run_trial(
         startup_timeout_s=ctx.space.workload.startup_timeout_s,
         limits=ctx.watchdog,
     )
+    meter = EnergyMeter.open(visible_gpus(launch, candidate), nodes=len({n.node for n in launch.nodes}) or 1)
+    meter.before_launch()  # idle power and the GPUs' state, before the engine starts
     events("starting engine")
     clock = PhaseClock()
     clock.enter(Phase.START)
     try:
-        with server:
+        with closing(meter), server:
             clock.stop()
             events(f"engine up after {server.startup_s:.1f} s")
             try:
                 measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse,
-                                                launch.ready))
+                                                launch.ready, meter))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
                     duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
-                    phase_s=clock.ordered(), **common,
+                    phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
                 log = server.log_text()
@@ -313,14 +354,14 @@ def run_trial(
                 note_in_log(log_path, failure)
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), **common,
+                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
                 failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, capacity=exc.report,
                     duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
-                    phase_s=clock.ordered(), **common,
+                    phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
@@ -335,6 +376,7 @@ def run_trial(
                     duration_s=time.monotonic() - t0,
                     selected=ctx.engine.selected(log),
                     phase_s=clock.ordered(),
+                    energy=meter.record(),
                     **common,
                 )
             log = server.log_text()
@@ -359,6 +401,7 @@ def run_trial(
             duration_s=time.monotonic() - t0,
             selected=ctx.engine.selected(exc.log_tail),
             phase_s=clock.ordered(),
+            energy=meter.record(),
             **common,
         )
     objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
@@ -371,6 +414,7 @@ def run_trial(
         qeval=measured.qeval,
         accuracy_from=measured.accuracy_from,
         capacity=measured.capacity,
+        energy=measured.energy,
         objective=round(objective, 4),
         score=round(score, 4),
         duration_s=time.monotonic() - t0,

@@ -25,8 +25,10 @@ def verdict_of(
     prior: LaunchNoise | None,
     alpha: float,
     rounds_now: int,
+    slowed: frozenset[int] = frozenset(),
 ) -> Confirmation:
-    """The verdict on every stored round of one pair; `prior` must not hold these launches."""
+    """The verdict on every stored round of one pair; `prior` must not hold these launches; `slowed`:
+    launch samples measured on a slowed GPU (autotune/verdict/gpu_state.py), which the verdict names."""
     best_s = [x.objective for x in launches if x.trial == best.number and x.objective is not None]
     base_s = [x.objective for x in launches if x.trial == baseline.number and x.objective is not None]
     failed = any(x.objective is None for x in launches)
@@ -43,6 +45,10 @@ def verdict_of(
         verdict = f"{result.why} ({span} so far; a resume runs the rest)" if rounds else result.why
     else:
         verdict = f"no winner: {result.why}, {span}"
+    on_slowed = [x for x in launches if x.sample_id is not None and x.sample_id in slowed]
+    if on_slowed:
+        verdict += (f"; {len(on_slowed)} of these launches ran on a slowed GPU (throttled or low clocks): "
+                    "left out of the host's launch-noise estimate")
     return Confirmation(
         study=study, best_trial=best.number, baseline_trial=baseline.number, rounds=rounds, rounds_now=rounds_now,
         launches=[x.id for x in launches], best_samples=best_s, baseline_samples=base_s,
