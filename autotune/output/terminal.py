@@ -249,6 +249,9 @@ class RichReporter:
     def learned(self, text: str) -> None:
         self.console.print(f"  [yellow]{text}[/]", highlight=False)
 
+    def in_flight(self, text: str) -> None:
+        self.console.print(f"  [dim]{text}[/]", highlight=False)
+
     def relaunch_started(self, text: str) -> None:
         self.relaunches = max(0, self.relaunches - 1)
         self.console.print(f"[bold]{text}[/]")
@@ -286,6 +289,8 @@ def forecast_text(plan: RunForecast) -> str:
         f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
         f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
         f"{plan.basis}{gates}){sooner}"
+        + (f"\n  {plan.parallel} trials in flight: ~{fmt_duration(plan.wall_s)} of wall time (trials in waves of "
+           f"{plan.parallel}, each priced as alone; the rest one at a time)" if plan.parallel > 1 else "")
         + (f"\n  hardware {plan.hardware}" if plan.hardware else "")
     )
 
@@ -516,6 +521,7 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
     cluster = plan.ctx.cluster
     if cluster is not None and is_placeholder(cluster):
         console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
+    console.print(parallel_plan(plan), markup=False, highlight=False)
     for i, candidate in enumerate(kept):
         launch = portable_launch(plan.ctx.render(candidate))
         console.print(f"[bold]#{i}[/] {candidate.label()}")
@@ -526,6 +532,16 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
             dropped[why] = dropped.get(why, 0) + 1
     for why, count in sorted(dropped.items(), key=lambda x: -x[1]):
         console.print(f"[dim]pruned {count}: {why}[/]")
+
+
+def parallel_plan(plan: SearchPlan) -> str:
+    """How the trials share the boxes: boxes, boxes per trial, trials in flight."""
+    where = "the cluster file's nodes" if plan.pool_cluster is not None else (
+        "on this host" if plan.boxes > 1 else "this host")
+    if plan.parallel == 1 and plan.boxes == 1:
+        return "trials: one at a time on one box (more side by side: --boxes N or a cluster file, --parallel K)"
+    return (f"trials: {plan.parallel} in flight at once, each leasing {plan.nodes} of {plan.boxes} boxes ({where}) "
+            "through Ray; no two trials share a box")
 
 
 def print_classification(console: Console, path: Path, found: FailureInfo | None) -> None:

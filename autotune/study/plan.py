@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.engines import Engine
 from autotune.models import (
     Candidate,
+    Cluster,
     HardwareProfile,
     HostFingerprint,
     SearchSpace,
@@ -40,6 +41,9 @@ class SearchPlan(BaseModel):
     candidates_total: int
     candidates_after_rules: int
     first: list[Candidate] = []
+    boxes: int = 1  # the boxes trials lease (autotune/study/leases.py); each trial takes `nodes` of them
+    pool_cluster: Cluster | None = None  # the cluster file's nodes those boxes are (None: stand-ins on this host)
+    parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
 
 
 def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:
