@@ -27,6 +27,7 @@ from autotune.models import (
 )
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
+from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.gates.score import verdict
 from autotune.study.tuner import StudyOutcome
@@ -127,6 +128,7 @@ class RichReporter:
         self.relaunch_s: float | None = None  # one objective-only relaunch, where the forecast priced it
         self.confirming = False
         self.launch_started = self.t0
+        self.parallel = 1  # trials in flight at once: the trials left take ceil(left / parallel) trial times
 
     def study_planned(self, plan: RunForecast) -> None:
         self.total = plan.measured + plan.trials
@@ -136,6 +138,7 @@ class RichReporter:
         self.noise_launches = plan.noise_relaunches
         self.estimate_s = plan.trial_s
         self.relaunch_s = plan.relaunch_s
+        self.parallel = plan.parallel
         self.console.print(forecast_text(plan))
 
     def _typical(self) -> list[float]:
@@ -148,7 +151,8 @@ class RichReporter:
         objective_only = self.confirm_launches + self.noise_launches
         each = relaunch_s(self.finished, self.objective) or self.relaunch_s
         priced = each is not None and bool(typical) and each < statistics.median(typical)
-        eta = eta_s(typical, trials_left, self.relaunches + (0 if priced else objective_only), current_s)
+        waves = -(-trials_left // self.parallel)  # the trials left, `parallel` at a time
+        eta = eta_s(typical, waves, self.relaunches + (0 if priced else objective_only), current_s)
         if eta is None:
             return None
         return eta + self.relaunches * self.gates_s + (objective_only * (each or 0.0) if priced else 0.0)
@@ -239,7 +243,8 @@ class RichReporter:
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
                 f"elapsed; ETA {fmt_duration(eta)} (median trial "
-                f"{fmt_duration(statistics.median(self.durations))} x {left} left{relaunch} + "
+                f"{fmt_duration(statistics.median(self.durations))} x {left} left"
+                f"{f', {self.parallel} at a time' if self.parallel > 1 else ''}{relaunch} + "
                 f"{self.confirm_launches} confirmation launches)[/]"
             )
 
@@ -318,7 +323,9 @@ def _cells(t: TrialResult, unit: str = "tok/s") -> dict[str, str]:
 
 
 def _number_cell(t: TrialResult, best: TrialResult | None) -> str:
-    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}"
+    """`2 *`, `0 (base)`; with trials side by side the boxes it ran on below (`box 1`)."""
+    where = "\n" + boxes_label(t.boxes) if t.boxes else ""
+    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}{where}"
 
 
 def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:

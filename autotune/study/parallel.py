@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from autotune.models import Candidate, Cluster, TrialResult
+from autotune.study.forecast import fmt_duration
 from autotune.study.leases import BoxPool, Lease, boxes_label
 from autotune.trial.run import TrialContext
 
@@ -50,7 +51,7 @@ class Flight:
 def in_flight_text(flights: list[Flight], eta_s: float | None = None) -> str:
     """The progress line of the trials in flight, per box, and the ETA at this parallelism."""
     text = "in flight: " + " · ".join(f.describe() for f in sorted(flights, key=lambda f: f.boxes))
-    return text + (f"; ETA ~{eta_s / 60:.1f} min" if eta_s is not None else "")
+    return text + (f"; trials ETA {fmt_duration(eta_s)}" if eta_s is not None else "")
 
 
 def leased_context(ctx: TrialContext, lease: Lease | None, boxes: Cluster | None) -> TrialContext:
