@@ -115,6 +115,9 @@ def test_kill_9_with_two_trials_in_flight_then_resume(engine_space, tmp_path) ->
     while engine_pids(alias) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not engine_pids(alias), "an engine outlived a kill -9 of autotune"
+    shown = run_autotune(["show", "--db", "runs.db", "--study", "p"], tmp_path, timeout=120)
+    assert f"crashed: autotune (PID {proc.pid} on" in shown.stdout, shown.stdout
+    assert ", box 0) ended during this trial" in shown.stdout and ", box 1) ended during this trial" in shown.stdout
 
     again = run_autotune(args(space, 2, "--confirm-rounds", "0", "--noise-relaunches", "0"), tmp_path, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
