@@ -11,3 +11,15 @@ model:
   context_max: 2048
 hardware: auto
 """
+
+#: the short workload of the real-engine tests that need a trial, not numbers: one prose prompt,
+#: 16 tokens once, no prefill (str.format template as above: no braces inside)
+SHORT_WORKLOAD = """workload:
+  decode_max_tokens: 16
+  prompt_sets: [prose]
+  prompts_per_set: 1
+  repeats: 1
+  warmup_requests: 1
+  prefill_tokens: []
+  startup_timeout_s: 120
+"""

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.models import Candidate, TrialResult
 from autotune.store import Store
+from gemma_space import SHORT_WORKLOAD
 from procs import engine_pids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,15 +105,7 @@ hardware: auto
 fixed: {{chat_format: gemma, seed: 1234, n_ctx: 1024, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-workload:
-  decode_max_tokens: 16
-  prompt_sets: [prose]
-  prompts_per_set: 1
-  repeats: 1
-  warmup_requests: 1
-  prefill_tokens: []
-  startup_timeout_s: 120
-"""
+""" + SHORT_WORKLOAD
 
 
 def search_process(space: Path, db: Path, tmp_path: Path) -> subprocess.Popen:

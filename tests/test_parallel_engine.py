@@ -8,8 +8,10 @@ with two trials in flight leaves no engine and two `crashed` attempts, each re-r
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from datetime import datetime
@@ -21,7 +23,7 @@ from optuna.trial import TrialState
 
 from autotune.models import TrialResult
 from autotune.store import Store
-from gemma_space import GEMMA_ON_LLAMACPP
+from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
 from procs import engine_pids
 from real_study import ROOT, run_autotune
 
@@ -31,15 +33,7 @@ name: parallel-test
 knobs:
   - {{name: n_batch, values: [256, 512], default: 512}}
   - {{name: n_ubatch, values: [256, 512], default: 512}}
-workload:
-  decode_max_tokens: 16
-  prompt_sets: [prose]
-  prompts_per_set: 1
-  repeats: 1
-  warmup_requests: 1
-  prefill_tokens: []
-  startup_timeout_s: 120
-"""
+""" + SHORT_WORKLOAD
 
 
 @pytest.fixture
@@ -99,9 +93,6 @@ def wait_for_engines(alias: str, proc: subprocess.Popen, count: int) -> None:
 def test_kill_9_with_two_trials_in_flight_then_resume(engine_space, tmp_path) -> None:
     space, alias = engine_space
     env_cmd = ["-m", "autotune", *args(space, 2, "--confirm-rounds", "0", "--noise-relaunches", "0")]
-    import os
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen([sys.executable, *env_cmd], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
