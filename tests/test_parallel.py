@@ -181,3 +181,16 @@ def test_a_learned_failure_cancels_queued_candidates_not_running_ones(tmp_path, 
     queued = by_threads[(4, True)]
     assert queued.status == "skipped" and queued.reason.startswith("learned: flash_attn=True failed"), queued.reason
     assert by_threads[(1, False)].status == "ok"
+
+
+def test_the_forecast_prices_the_trials_in_waves_of_k() -> None:
+    from autotune.study.forecast import RunForecast
+
+    plan = RunForecast(study="s", candidates_total=9, candidates_left=9, measured=0, trials=5, confirm_rounds=1,
+                       trial_s=10.0, relaunch_s=4.0, basis="measured", gated=3, gates_s=6.0)
+    alone = 10.0 * 5 + 2 * 4.0 + 6.0 * 3
+    assert plan.total_s == alone and plan.wall_s == alone  # one in flight: the wall time is the sum
+    two = plan.model_copy(update={"parallel": 2})
+    # 5 trials in 3 waves, the gates of 3 in 2, the confirmation's 2 relaunches one at a time
+    assert two.wall_s == 10.0 * 3 + 6.0 * 2 + 2 * 4.0
+    assert plan.model_copy(update={"parallel": 8}).wall_s == 10.0 + 6.0 + 2 * 4.0
