@@ -194,3 +194,22 @@ def test_the_forecast_prices_the_trials_in_waves_of_k() -> None:
     # 5 trials in 3 waves, the gates of 3 in 2, the confirmation's 2 relaunches one at a time
     assert two.wall_s == 10.0 * 3 + 6.0 * 2 + 2 * 4.0
     assert plan.model_copy(update={"parallel": 8}).wall_s == 10.0 + 6.0 + 2 * 4.0
+
+
+def test_boxes_set_the_default_in_flight_and_refuse_more(tmp_path) -> None:
+    """--boxes 3 of one-box trials: 3 in flight by default, 4 refused before anything starts. (A
+    layout of every box, --nodes 4 with no --boxes, runs one at a time without a pool: the dry run
+    of tests/test_space_from_config.py.)"""
+    pytest.importorskip("llama_cpp")
+    from autotune.commands.setup import prepare
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    space = tmp_path / "s.yaml"
+    space.write_text(SPACE.format(model=model))
+    plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
+                   nodes=1, accuracy=False, logs_dir=tmp_path, boxes=3)
+    assert (plan.boxes, plan.parallel) == (3, 3)
+    with pytest.raises(ConfigError, match="--parallel 4"):
+        prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
+                nodes=1, accuracy=False, logs_dir=tmp_path, boxes=3, parallel=4)

@@ -118,8 +118,9 @@ def _run_owned(
 
 @contextlib.contextmanager
 def pool_of(plan: SearchPlan) -> Iterator[BoxPool | None]:
-    """The study's box pool for as long as it launches (None: one box, no leases, as always)."""
-    if plan.boxes <= 1:
+    """The study's box pool for as long as it launches (None: the boxes of one launch, which every
+    trial takes in turn: no leases, as always)."""
+    if plan.boxes <= plan.nodes:
         yield None
         return
     with BoxPool.local(plan.boxes) as pool:

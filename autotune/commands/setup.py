@@ -258,7 +258,8 @@ def prepare(
          launch_check(ctx), nccl_check(engine, ctx.nccl)]
     )
     pool = box_pool(cluster_file, boxes)
-    pool_size = len(pool.nodes) if pool is not None else (boxes or 1)
+    # without a cluster file or --boxes: the boxes of one launch, one trial at a time as always
+    pool_size = len(pool.nodes) if pool is not None else (boxes or node_count)
     in_flight = parallel or parallel_default(pool_size, node_count)
     check_parallel(in_flight, pool_size, node_count)
     return SearchPlan(

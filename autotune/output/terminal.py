@@ -545,8 +545,8 @@ def parallel_plan(plan: SearchPlan) -> str:
     """How the trials share the boxes: boxes, boxes per trial, trials in flight."""
     where = "the cluster file's nodes" if plan.pool_cluster is not None else (
         "on this host" if plan.boxes > 1 else "this host")
-    if plan.parallel == 1 and plan.boxes == 1:
-        return "trials: one at a time on one box (more side by side: --boxes N or a cluster file, --parallel K)"
+    if plan.boxes <= plan.nodes:
+        return "trials: one at a time, each on every box (more side by side: --boxes N or a cluster file, --parallel K)"
     return (f"trials: {plan.parallel} in flight at once, each leasing {plan.nodes} of {plan.boxes} boxes ({where}) "
             "through Ray; no two trials share a box")
 
