@@ -87,6 +87,22 @@ def search(
     launcher: Annotated[
         Optional[str], typer.Option("--launcher", help="process, ray or docker (default: the space's)")
     ] = None,
+    parallel: Annotated[
+        Optional[int],
+        typer.Option(
+            "--parallel", min=1,
+            help="trials in flight at once, each on the boxes its layout needs, leased through Ray so that no two "
+            "share a box (default: as many as the boxes allow; 1 when every trial needs every box)",
+        ),
+    ] = None,
+    boxes: Annotated[
+        Optional[int],
+        typer.Option(
+            "--boxes", min=1,
+            help="without --cluster: this many boxes on this host for trials side by side (each engine on this "
+            "host at its own port; a CPU test bed); with --cluster the file's nodes are the boxes",
+        ),
+    ] = None,
     confirm_rounds: Annotated[
         int,
         typer.Option(
@@ -145,7 +161,7 @@ def search(
     """Tune a search space: baseline first, then Optuna trials, pruned before launching.
 
     One process owns a study at a time: a second one on the same study is refused (exit 4) unless
-    --wait."""
+    --wait. With several boxes, trials run side by side (--parallel), each on boxes of its own."""
     from autotune.commands import search as search_command
     from autotune.commands import setup
 
@@ -162,6 +178,8 @@ def search(
         tries=tries,
         cluster_file=cluster,
         launcher=launcher,
+        boxes=boxes,
+        parallel=parallel,
     )
     unchecked = plan.choices.note() if plan.choices else None
     if unchecked:

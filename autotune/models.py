@@ -70,6 +70,9 @@ def synthetic_in_argv(argv: list[str]) -> str | None:
         if found:
             return found
     return None
+def utc_now_ms() -> str:
+    """utc_now to the millisecond: when a launch started, so that trials side by side show their overlap."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 # ---------------------------------------------------------------- hardware and model facts
@@ -1232,6 +1235,10 @@ class TrialResult(Record):
     predicted: dict[str, float] = Field(default_factory=dict)
     started_at: str = Field(default_factory=utc_now)
     duration_s: float = 0.0
+    boxes: list[int] = Field(
+        default_factory=list,
+        description="the boxes of the study's pool the launch ran on (indices; empty: no pool, one trial at a time)",
+    )
     accuracy_from: int | None = Field(
         None, description="the trial whose needle / qeval results this one reuses (differs only in numerics-neutral knobs)"
     )

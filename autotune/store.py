@@ -235,6 +235,25 @@ def m008_launch_gpu_state(db: sqlite_utils.Database) -> None:
     db["launch_samples"].add_column("throttled", int)
 
 
+@MIGRATIONS()
+def m009_boxes(db: sqlite_utils.Database) -> None:
+    # trials in flight side by side, each on boxes leased from the study's pool: an attempt and a
+    # launch sample name the boxes they ran on ("0", "0,1"; NULL: no pool, as before)
+    db["attempts"].add_column("boxes", str)
+    db["launch_samples"].add_column("boxes", str)
+
+
+def boxes_text(boxes: tuple[int, ...] | list[int]) -> str | None:
+    """How runs.db stores the boxes of a launch: "0,1" (None: no pool)."""
+    return ",".join(map(str, boxes)) or None
+
+
+def attempt_boxes(row: dict[str, Any]) -> tuple[int, ...]:
+    """The boxes an attempt row (or a launch sample row) names."""
+    text = row.get("boxes") or ""
+    return tuple(int(b) for b in text.split(",") if b)
+
+
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
 CUT_STATUSES = ("interrupted", "crashed")
 ATTEMPTS_BEFORE_FAILURE = 2
@@ -482,9 +501,11 @@ class Store:
 
     # ------------------------------------------------------------ attempts in flight
 
-    def begin_attempt(self, study: str, number: int, candidate: Candidate, host: str, pid: int) -> None:
-        """A launch starts: kept until its result is saved, so a process killed mid-trial leaves
-        a trace the next owner of the study turns into a `crashed` trial."""
+    def begin_attempt(
+        self, study: str, number: int, candidate: Candidate, host: str, pid: int, boxes: tuple[int, ...] = ()
+    ) -> None:
+        """A launch starts (on `boxes` of the study's pool): kept until its result is saved, so a
+        process killed mid-trial leaves a trace the next owner of the study turns into a `crashed` trial."""
         self.db["attempts"].upsert(
             {
                 "study": study,
@@ -493,6 +514,7 @@ class Store:
                 "host": host,
                 "pid": pid,
                 "started_at": utc_now(),
+                "boxes": boxes_text(boxes),
             },
             pk=("study", "number"),
         )
@@ -583,10 +605,11 @@ class Store:
 
     def add_launch_sample(
         self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int,
-        *, metric: str, energy: TrialEnergy | None = None,
+        *, metric: str, energy: TrialEnergy | None = None, boxes: tuple[int, ...] = (),
     ) -> int:
         """One launch's objective value; `metric` names the objective it measures (its study's),
-        `energy` the GPU's state in that launch (its clock, whether it throttled). Returns the sample's id."""
+        `energy` the GPU's state in that launch (its clock, whether it throttled), `boxes` where it ran
+        (the study's pool; () without one). Returns the sample's id."""
         return self.db["launch_samples"].insert(
             {
                 "host_key": host_key,
@@ -600,6 +623,7 @@ class Store:
                 "metric": metric,
                 "sm_clock_mhz": energy.sm_clock_mhz() if energy else None,
                 "throttled": int(energy.throttled) if energy else None,
+                "boxes": boxes_text(boxes),
             }
         ).last_pk
 
@@ -613,17 +637,18 @@ class Store:
     def launch_groups(
         self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
     ) -> list[list[float]]:
-        """Objectives per (study, candidate) on this host and engine, of this objective metric only:
-        one list per config launched; `exclude` leaves out samples by id, and a launch on a slowed
-        GPU is always left out."""
+        """Objectives per (study, candidate, boxes) on this host and engine, of this objective metric
+        only: one list per config launched on the same boxes (the box is a factor: a box that runs
+        faster is not launch noise); `exclude` leaves out samples by id, and a launch on a slowed GPU
+        is always left out."""
         exclude = exclude | self.slowed_samples(host_key, engine)
-        groups: dict[tuple[str, str], list[float]] = {}
+        groups: dict[tuple[str, str, str | None], list[float]] = {}
         rows = self.db["launch_samples"].rows_where(
             "host_key = ? and engine = ? and metric = ?", [host_key, engine, metric], order_by="id"
         )
         for row in rows:
             if row["id"] not in exclude:
-                groups.setdefault((row["study"], row["candidate_key"]), []).append(row["objective"])
+                groups.setdefault((row["study"], row["candidate_key"], row.get("boxes")), []).append(row["objective"])
         return list(groups.values())
 
     def launch_samples_of(self, study: str, candidate: Candidate) -> list[float]:

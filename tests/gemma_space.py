@@ -12,9 +12,9 @@ model:
 hardware: auto
 """
 
-#: the shortest workload a real-engine study measures: one prose prompt, once, 16 tokens, no prefill
-#: (plain text, no braces: it goes into the templates as it is)
-ONE_PROSE_PROMPT = """workload:
+#: the shortest workload of the real-engine tests that need a trial, not numbers: one prose prompt,
+#: 16 tokens once, no prefill (plain text, no braces: it goes into the templates as it is)
+SHORT_WORKLOAD = """workload:
   decode_max_tokens: 16
   prompt_sets: [prose]
   prompts_per_set: 1

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from autotune.cli import main
 from autotune.models import Candidate, TrialResult
 from autotune.store import Store
-from gemma_space import ONE_PROSE_PROMPT
+from gemma_space import SHORT_WORKLOAD
 from procs import engine_pids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ hardware: auto
 fixed: {{chat_format: gemma, seed: 1234, n_ctx: 1024, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-""" + ONE_PROSE_PROMPT
+""" + SHORT_WORKLOAD
 
 
 def search_process(space: Path, db: Path, tmp_path: Path) -> subprocess.Popen:

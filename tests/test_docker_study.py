@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from docker_daemon import daemon_image, labelled, wait_until_none
-from gemma_space import GEMMA_ON_LLAMACPP, ONE_PROSE_PROMPT
+from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
 from procs import engine_pids
 from real_study import ROOT
 
@@ -36,7 +36,7 @@ name: docker-study
 """ + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-""" + ONE_PROSE_PROMPT + """gates: {{needle: null, qeval: null}}
+""" + SHORT_WORKLOAD + """gates: {{needle: null, qeval: null}}
 """
 
 

@@ -15,7 +15,7 @@ from autotune.cli import main
 from autotune.store import Store
 from fakes import nvml as fake_nvml
 from fakes.nvml import FakeGpu, throttled_gpu
-from gemma_space import GEMMA_ON_LLAMACPP, ONE_PROSE_PROMPT
+from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
 
 pytestmark = pytest.mark.engine
 
@@ -24,7 +24,7 @@ name: energy
 """ + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-""" + ONE_PROSE_PROMPT + """{objective}gates: {{needle: null, qeval: null{gates}}}
+""" + SHORT_WORKLOAD + """{objective}gates: {{needle: null, qeval: null{gates}}}
 """
 STUDY = "energy-cpu-x1"
 

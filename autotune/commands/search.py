@@ -4,8 +4,9 @@ rounds; and the forecast printed before the first launch."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from autotune.commands.setup import predicted_order
 from autotune.hardware.profiles import describe
@@ -23,7 +24,9 @@ from autotune.space.fingerprint import check_same_experiment
 from autotune.space.fingerprint import fingerprint as space_fingerprint
 from autotune.study.confirm import confirm, relaunch
 from autotune.study.forecast import RunForecast, gates_time_s, measured_trials, workload_guess_s
+from autotune.study.leases import BoxPool
 from autotune.study.lock import StudyLock, StudyOwner
+from autotune.study.parallel import on_boxes
 from autotune.study.plan import SearchPlan
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.tuner import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
@@ -32,7 +35,7 @@ from autotune.verdict.confirmation import rounds_done
 
 def relaunch_baseline_for_noise(
     plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
-    events: Callable[[str], None],
+    events: Callable[[str], None], pool: BoxPool | None = None,
 ) -> int:
     """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study, its
     confirmation rounds' launches counted: the first launch-to-launch spread on a host comes from
@@ -47,10 +50,12 @@ def relaunch_baseline_for_noise(
     for i in range(max(0, budget.how_many_fit(wanted, relaunch_s(outcome.trials, plan.space.objective,
                                                                    plan.store.relaunch_seconds(plan.study))))):
         events(f"noise relaunch {i + 1}/{wanted}: baseline")
-        again = relaunch(plan.ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
+        with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
+            again = relaunch(ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
         if again.objective is not None:
             plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, again.objective, "noise",
-                                         base.number, metric=plan.space.objective.sample_metric, energy=again.energy)
+                                         base.number, metric=plan.space.objective.sample_metric, energy=again.energy,
+                                         boxes=boxes)
         made += 1
     return made
 
@@ -107,6 +112,27 @@ def _run_owned(
     if qeval_reference is not None:
         plan.store.set_study_reference(plan.study, qeval_reference)
     budget = TimeBudget(time_budget_s)
+    with pool_of(plan) as pool:
+        return _run_on_pool(plan, pool, host_key, budget, trials, seed, confirm_rounds, noise_relaunches, reporter,
+                            skip_dominated, gates_at_end)
+
+
+@contextlib.contextmanager
+def pool_of(plan: SearchPlan) -> Iterator[BoxPool | None]:
+    """The study's box pool for as long as it launches (None: the boxes of one launch, which every
+    trial takes in turn: no leases, as always)."""
+    if plan.boxes <= plan.nodes:
+        yield None
+        return
+    with BoxPool.local(plan.boxes) as pool:
+        yield pool
+
+
+def _run_on_pool(
+    plan: SearchPlan, pool: BoxPool | None, host_key: str, budget: TimeBudget, trials: int, seed: int,
+    confirm_rounds: int, noise_relaunches: int, reporter: Reporter | None, skip_dominated: bool, gates_at_end: bool,
+) -> StudyOutcome:
+    assert plan.store is not None
     tuner = Tuner(
         plan.ctx,
         plan.store,
@@ -121,22 +147,27 @@ def _run_owned(
         budget=budget,
         skip_dominated=skip_dominated,
         gates_at_end=gates_at_end,
+        pool=pool,
+        parallel=plan.parallel,
+        per_trial=plan.nodes,
+        boxes=plan.pool_cluster,
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)
-    result = _confirm(plan, result, host_key, confirm_rounds, budget, events)
+    result = _confirm(plan, result, host_key, confirm_rounds, budget, events, pool)
     # after the confirmation: its rounds relaunched the baseline, and those launches count
-    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events):
+    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events, pool):
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
     return result
 
 
 def _confirm(
     plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
-    events: Callable[[str], None],
+    events: Callable[[str], None], pool: BoxPool | None = None,
 ) -> StudyOutcome:
     """The best trial against the baseline in interleaved relaunches (autotune/study/confirm.py): the rounds
-    of this pair that earlier sittings ran count, and only the missing ones are run."""
+    of this pair that earlier sittings ran count, and only the missing ones are run. With a box pool
+    both arms run on the same leased boxes, so a faster box cannot pass for a better config."""
     assert plan.store is not None
     store = plan.store
     best, base = result.best, result.baseline
@@ -155,12 +186,15 @@ def _confirm(
             update={"stopped": f"confirmation skipped: {budget.refusal(round_s, 'a confirmation round')}"}
         )
 
+    held: list[tuple[int, ...]] = [()]  # the boxes of the confirmation's lease
+
     def keep(arm: TrialResult, round_: int, again: TrialResult, seconds: float) -> ConfirmationLaunch:
         sample = None
         value = again.objective
         if value is not None:
             sample = store.add_launch_sample(host_key, plan.space.engine, plan.study, arm.candidate, value, "confirm",
-                                             arm.number, metric=plan.space.objective.sample_metric, energy=again.energy)
+                                             arm.number, metric=plan.space.objective.sample_metric, energy=again.energy,
+                                             boxes=held[0])
         return store.add_confirmation_launch(ConfirmationLaunch(
             id=0, study=plan.study, best_trial=best.number, baseline_trial=base.number, round=round_, trial=arm.number,
             objective=value, duration_s=round(seconds, 3), sample_id=sample,
@@ -169,9 +203,11 @@ def _confirm(
     # the verdict pools its own launches with the host's noise: the prior must not hold them again
     own = frozenset(x.sample_id for x in earlier if x.sample_id is not None)
     prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.sample_metric, exclude=own)
-    store.save_confirmation(confirm(plan.ctx, best, base, rounds, free_port, keep, events, prior, earlier,
-                                    total=confirm_rounds, clock=budget.clock,
-                                    slowed=lambda: store.slowed_samples(host_key, plan.space.engine)))
+    with on_boxes(pool if rounds else None, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
+        held[0] = boxes
+        store.save_confirmation(confirm(ctx, best, base, rounds, free_port, keep, events, prior, earlier,
+                                        total=confirm_rounds, clock=budget.clock,
+                                        slowed=lambda: store.slowed_samples(host_key, plan.space.engine)))
     cut = None
     if rounds < missing:
         cut = (f"confirmation: {rounds_done(earlier) + rounds} of {confirm_rounds} rounds so far, the time budget left "
@@ -237,4 +273,5 @@ def forecast(
         # the confirmation's rounds relaunch the baseline too (relaunch_baseline_for_noise tops up)
         noise_relaunches=max(0, noise_relaunches - confirm_rounds),
         hardware=describe(plan.hardware),
+        parallel=plan.parallel,
     )

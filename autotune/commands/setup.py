@@ -22,6 +22,7 @@ from autotune.hardware.device import detect, host_fingerprint
 from autotune.hardware.profiles import GIB_IN_GB, parallel_layout, resolve_hardware
 from autotune.engines.base import Knobs
 from autotune.launchers import launcher_class, nccl
+from autotune.study.leases import check_parallel, parallel_default
 from autotune.launchers.cluster import first_nodes, load_cluster, local_cluster, placeholder_cluster
 from autotune.launchers.preflight import check_launch
 from autotune.launchers.watchdog import limits_for
@@ -196,6 +197,14 @@ def check_energy_readable(space: SearchSpace) -> None:
                                     "decode_tps_geomean), energy is then recorded where readable")
     finally:
         meter.close()
+def box_pool(cluster_file: Path | None, boxes: int | None) -> Cluster | None:
+    """The boxes trials lease (autotune/study/leases.py): every node of the cluster file (None:
+    `--boxes N` stand-ins on this host, or one box). `--boxes` with a cluster file is refused."""
+    if cluster_file is None:
+        return None
+    if boxes is not None:
+        raise ConfigError("--boxes stands in boxes on this host; with --cluster FILE the file's nodes are the boxes")
+    return load_cluster(cluster_file)
 
 
 def prepare(
@@ -212,6 +221,8 @@ def prepare(
     tries: list[str] | None = None,
     cluster_file: Path | None = None,
     launcher: str | None = None,
+    boxes: int | None = None,
+    parallel: int | None = None,
 ) -> SearchPlan:
     space = load_space(space_name)
     engine = get_engine(space.engine).use_space(space)
@@ -264,11 +275,19 @@ def prepare(
         [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count),
          launch_check(ctx), nccl_check(engine, ctx.nccl)]
     )
+    pool = box_pool(cluster_file, boxes)
+    # without a cluster file or --boxes: the boxes of one launch, one trial at a time as always
+    pool_size = len(pool.nodes) if pool is not None else (boxes or node_count)
+    in_flight = parallel or parallel_default(pool_size, node_count)
+    check_parallel(in_flight, pool_size, node_count)
     return SearchPlan(
         space=space,
         engine=engine,
         hardware=profile,
         nodes=node_count,
+        boxes=pool_size,
+        pool_cluster=pool,
+        parallel=in_flight,
         study=name,
         host=host,
         db_path=db_path,

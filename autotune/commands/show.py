@@ -12,7 +12,8 @@ from autotune.errors import ConfigError
 from autotune.failures.isolation import Isolation
 from autotune.failures.learning import isolations, learned_in_study
 from autotune.models import LearnedFailure
-from autotune.store import Store
+from autotune.store import Store, attempt_boxes
+from autotune.study.leases import boxes_label
 from autotune.study.lock import pid_alive
 from autotune.study.tuner import StudyOutcome, outcome_of
 
@@ -43,12 +44,14 @@ class OpenAttempt(BaseModel):
     pid: int
     started_at: str
     running: bool
+    boxes: tuple[int, ...] = ()  # the boxes of the study's pool it holds (trials side by side)
 
     def describe(self) -> str:
+        where = f", {boxes_label(self.boxes)}" if self.boxes else ""
         if self.running:
-            return f"trial {self.number}: running now (PID {self.pid} on {self.host}, since {self.started_at})"
+            return f"trial {self.number}: running now (PID {self.pid} on {self.host}{where}, since {self.started_at})"
         return (
-            f"trial {self.number}: crashed: autotune (PID {self.pid} on {self.host}) ended during this trial "
+            f"trial {self.number}: crashed: autotune (PID {self.pid} on {self.host}{where}) ended during this trial "
             f"(started {self.started_at}) without a result; the next `autotune search` of this study records "
             "it and re-runs it once"
         )
@@ -58,7 +61,8 @@ def open_attempts(store: Store, name: str) -> list[OpenAttempt]:
     out = []
     for row in store.open_attempts(name):
         running = row["host"] != socket.gethostname() or pid_alive(row["pid"])
-        out.append(OpenAttempt(number=row["number"], host=row["host"], pid=row["pid"], started_at=row["started_at"], running=running))
+        out.append(OpenAttempt(number=row["number"], host=row["host"], pid=row["pid"], started_at=row["started_at"],
+                               running=running, boxes=attempt_boxes(row)))
     return out
 
 

@@ -27,6 +27,7 @@ from autotune.models import (
 )
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
+from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.gates.score import verdict
 from autotune.study.tuner import StudyOutcome
@@ -139,6 +140,7 @@ class RichReporter:
         self.relaunch_s: float | None = None  # one objective-only relaunch, where the forecast priced it
         self.confirming = False
         self.launch_started = self.t0
+        self.parallel = 1  # trials in flight at once: the trials left take ceil(left / parallel) trial times
 
     def study_planned(self, plan: RunForecast) -> None:
         self.total = plan.measured + plan.trials
@@ -148,6 +150,7 @@ class RichReporter:
         self.noise_launches = plan.noise_relaunches
         self.estimate_s = plan.trial_s
         self.relaunch_s = plan.relaunch_s
+        self.parallel = plan.parallel
         self.console.print(forecast_text(plan))
 
     def _typical(self) -> list[float]:
@@ -160,7 +163,8 @@ class RichReporter:
         objective_only = self.confirm_launches + self.noise_launches
         each = relaunch_s(self.finished, self.objective) or self.relaunch_s
         priced = each is not None and bool(typical) and each < statistics.median(typical)
-        eta = eta_s(typical, trials_left, self.relaunches + (0 if priced else objective_only), current_s)
+        waves = -(-trials_left // self.parallel)  # the trials left, `parallel` at a time
+        eta = eta_s(typical, waves, self.relaunches + (0 if priced else objective_only), current_s)
         if eta is None:
             return None
         return eta + self.relaunches * self.gates_s + (objective_only * (each or 0.0) if priced else 0.0)
@@ -251,7 +255,8 @@ class RichReporter:
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
                 f"elapsed; ETA {fmt_duration(eta)} (median trial "
-                f"{fmt_duration(statistics.median(self.durations))} x {left} left{relaunch} + "
+                f"{fmt_duration(statistics.median(self.durations))} x {left} left"
+                f"{f', {self.parallel} at a time' if self.parallel > 1 else ''}{relaunch} + "
                 f"{self.confirm_launches} confirmation launches)[/]"
             )
 
@@ -260,6 +265,9 @@ class RichReporter:
 
     def learned(self, text: str) -> None:
         self.console.print(f"  [yellow]{text}[/]", highlight=False)
+
+    def in_flight(self, text: str) -> None:
+        self.console.print(f"  [dim]{text}[/]", highlight=False)
 
     def relaunch_started(self, text: str) -> None:
         self.relaunches = max(0, self.relaunches - 1)
@@ -298,6 +306,8 @@ def forecast_text(plan: RunForecast) -> str:
         f"after pruning{resumed}; this run: {plan.trials} trials{relaunch}{confirm}\n"
         f"  estimate: ~{fmt_duration(plan.total_s)} ({fmt_duration(plan.trial_s)} per launch without gates: "
         f"{plan.basis}{gates}){sooner}"
+        + (f"\n  {plan.parallel} trials in flight: ~{fmt_duration(plan.wall_s)} of wall time (trials in waves of "
+           f"{plan.parallel}, each priced as alone; the rest one at a time)" if plan.parallel > 1 else "")
         + (f"\n  hardware {plan.hardware}" if plan.hardware else "")
     )
 
@@ -325,7 +335,9 @@ def _cells(t: TrialResult, objective: Objective) -> dict[str, str]:
 
 
 def _number_cell(t: TrialResult, best: TrialResult | None) -> str:
-    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}"
+    """`2 *`, `0 (base)`; with trials side by side the boxes it ran on below (`box 1`)."""
+    where = "\n" + boxes_label(t.boxes) if t.boxes else ""
+    return f"{t.number}{' *' if best and t.number == best.number else ''}{' (base)' if t.number == 0 else ''}{where}"
 
 
 def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
@@ -561,6 +573,7 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
     cluster = plan.ctx.cluster
     if cluster is not None and is_placeholder(cluster):
         console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
+    console.print(parallel_plan(plan), markup=False, highlight=False)
     for i, candidate in enumerate(kept):
         launch = portable_launch(plan.ctx.render(candidate))
         console.print(f"[bold]#{i}[/] {candidate.label()}")
@@ -571,6 +584,16 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
             dropped[why] = dropped.get(why, 0) + 1
     for why, count in sorted(dropped.items(), key=lambda x: -x[1]):
         console.print(f"[dim]pruned {count}: {why}[/]")
+
+
+def parallel_plan(plan: SearchPlan) -> str:
+    """How the trials share the boxes: boxes, boxes per trial, trials in flight."""
+    where = "the cluster file's nodes" if plan.pool_cluster is not None else (
+        "on this host" if plan.boxes > 1 else "this host")
+    if plan.boxes <= plan.nodes:
+        return "trials: one at a time, each on every box (more side by side: --boxes N or a cluster file, --parallel K)"
+    return (f"trials: {plan.parallel} in flight at once, each leasing {plan.nodes} of {plan.boxes} boxes ({where}) "
+            "through Ray; no two trials share a box")
 
 
 def print_classification(console: Console, path: Path, found: FailureInfo | None) -> None:

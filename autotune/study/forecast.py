@@ -8,6 +8,7 @@ when nothing was measured yet, a rough count of the workload's requests at the p
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from pydantic import BaseModel, ConfigDict
@@ -38,6 +39,7 @@ class RunForecast(BaseModel):
     relaunches: int = 0  # gates relaunches of the final best (gates at the end)
     noise_relaunches: int = 0  # decode-only relaunches of the baseline beyond the confirmation's
     hardware: str | None = None  # what a node is and whether the figures are this host's (hardware.profiles.describe)
+    parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
 
     @property
     def launches(self) -> int:
@@ -53,6 +55,20 @@ class RunForecast(BaseModel):
         objective_only = 2 * self.confirm_rounds + self.noise_relaunches
         return (self.trial_s * (self.trials + self.relaunches) + relaunch * objective_only
                 + (self.gates_s or 0.0) * self.gated)
+
+    @property
+    def wall_s(self) -> float | None:
+        """Wall time with `parallel` trials in flight: the trials in waves of `parallel` (their gates
+        too), then the gates relaunch, confirmation and noise relaunches one at a time, as they run.
+        Each trial is priced as when it runs alone: engines that share a host's cores run slower."""
+        if self.trial_s is None or self.total_s is None:
+            return None
+        if self.parallel <= 1:
+            return self.total_s
+        waves = math.ceil(self.trials / self.parallel)
+        gated_waves = math.ceil(self.gated / self.parallel)
+        trials_s = self.trial_s * self.trials + (self.gates_s or 0.0) * self.gated
+        return self.total_s - trials_s + self.trial_s * waves + (self.gates_s or 0.0) * gated_waves
 
 
 def fmt_duration(seconds: float | None) -> str:

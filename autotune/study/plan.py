@@ -11,6 +11,7 @@ from autotune.engines import Engine
 from autotune.models import (
     Candidate,
     ChoicesCheck,
+    Cluster,
     HardwareProfile,
     HostFingerprint,
     SearchSpace,
@@ -43,6 +44,9 @@ class SearchPlan(BaseModel):
     first: list[Candidate] = []
     #: the knob values against the installed engine's choices (unchecked where it cannot be asked)
     choices: ChoicesCheck | None = None
+    boxes: int = 1  # the boxes trials lease (autotune/study/leases.py); each trial takes `nodes` of them
+    pool_cluster: Cluster | None = None  # the cluster file's nodes those boxes are (None: stand-ins on this host)
+    parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
 
 
 def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:

@@ -14,6 +14,7 @@ A candidate cut twice counts as failed.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import socket
@@ -35,10 +36,11 @@ from autotune.study.deferred import (
 )
 from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
+from autotune.launchers import stop_all as stop_engines
 from autotune.launchers.base import free_port
 from autotune.failures.learning import learn_from_failure, shared_cause
 from autotune.models import (
-    AccuracyFailure, Candidate, ClassAttempt, ClassIsolation, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.verdict.noise import LaunchNoise
 from autotune.gates.numerics import (
@@ -46,10 +48,12 @@ from autotune.gates.numerics import (
     judged_by_trial,
     knob_values, nearest_passed, numerics_class, own_accuracy, skip_reason, widen, worth_isolating,
 )
+from autotune.study.leases import BoxPool
+from autotune.study.parallel import Flight, Launches, in_flight_text, leased_context, on_boxes
 from autotune.study.relaunch_cost import gates_relaunch_s
 from autotune.gates.score import constraint_values, evaluate_gates, rank
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, make_candidate
-from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store
+from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store, attempt_boxes
 from autotune.verdict.tradeoffs import tradeoffs
 from autotune.trial.run import TrialContext, run_trial
 
@@ -73,6 +77,8 @@ class Reporter(Protocol):
 
     def learned(self, text: str) -> None: ...
 
+    def in_flight(self, text: str) -> None: ...
+
 
 class SilentReporter:
     def trial_started(self, number: int, launched: int, total: int, candidate: Candidate) -> None:
@@ -91,6 +97,9 @@ class SilentReporter:
         pass
 
     def learned(self, text: str) -> None:
+        pass
+
+    def in_flight(self, text: str) -> None:
         pass
 
 
@@ -280,8 +289,18 @@ class Tuner:
         skip_dominated: bool = True,
         gates_at_end: bool = False,
         learn_accuracy_classes: bool = True,
+        pool: BoxPool | None = None,
+        parallel: int = 1,
+        per_trial: int = 1,
+        boxes: Cluster | None = None,
     ) -> None:
         self.ctx = ctx
+        # several trials in flight (autotune.study.parallel), each on `per_trial` boxes leased from
+        # `pool` (autotune.study.leases); `boxes`: the cluster file's nodes the pool stands for
+        self.pool = pool
+        self.parallel = parallel
+        self.per_trial = per_trial
+        self.boxes = boxes
         self.learn_accuracy_classes = learn_accuracy_classes and ctx.accuracy  # autotune.gates.numerics
         self.store = store
         self.pruner = pruner
@@ -381,7 +400,8 @@ class Tuner:
         logs = self.ctx.logs_dir / "class-isolation" / f"{failure.trial:03d}-{step}"
         ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
         self.reporter.relaunch_started(f"isolating class of trial {failure.trial}: {candidate.label()}")
-        result = self.launch(ctx, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
+        with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
+            result = self.launch(leased, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
         gates = evaluate_gates(result, reference_of(self.store, self.ctx.study), self.ctx.space.gates)
         judged = own_accuracy(result, gates)
         failed = failed_on(judged, failure.gates) is True
@@ -390,8 +410,11 @@ class Tuner:
 
     def _open(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # with trials in flight, TPE's constant liar: a running trial counts as a poor result, so
+        # the sampler does not propose its neighbourhood again before it ends
         sampler = self.sampler or optuna.samplers.TPESampler(
-            seed=self.seed, n_startup_trials=min(8, max(2, self.trials // 2))
+            seed=self.seed, n_startup_trials=min(8, max(2, self.trials // 2)),
+            **({"constant_liar": True} if self.parallel > 1 else {}),
         )
         return optuna.create_study(
             study_name=self.ctx.study,
@@ -409,10 +432,12 @@ class Tuner:
         done = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
         return finished + sum(1 for key, n in cut.items() if n >= ATTEMPTS_BEFORE_FAILURE and key not in done)
 
-    def _cut(self, study: optuna.Study, number: int, candidate: Candidate, status: str, reason: str) -> None:
+    def _cut(self, study: optuna.Study, number: int, candidate: Candidate, status: str, reason: str,
+             boxes: tuple[int, ...] = ()) -> None:
         """Record an attempt that ended without a result: in runs.db, and in Optuna as FAIL."""
         self.store.save_trial(
-            TrialResult(study=self.ctx.study, number=number, candidate=candidate, status=status, reason=reason)  # type: ignore[arg-type]
+            TrialResult(study=self.ctx.study, number=number, candidate=candidate, status=status, reason=reason,  # type: ignore[arg-type]
+                        boxes=list(boxes))
         )
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if frozen.number == number:
@@ -434,7 +459,7 @@ class Tuner:
             self._cut(
                 study, row["number"], candidate, "crashed",
                 f"autotune (PID {row['pid']} on {row['host']}) ended during this trial without a result "
-                "(killed or crashed)",
+                "(killed or crashed)", attempt_boxes(row),
             )
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             _fail_running(study, frozen, "crashed")  # asked, never launched: nothing to re-run
@@ -509,28 +534,76 @@ class Tuner:
                     queued.add(candidate.key())
                     self._enqueue(study, candidate)
         rng = random.Random(self.seed)
-        idle = 0
         exhausted = False
         stopped: str | None = None
         typical = typical_trial_s(existing)
         dists = distributions(self.ctx)
-        while launched < self.trials:
-            stopped = self.budget.refusal(typical)
-            if stopped:
-                break
-            if idle >= MAX_IDLE_ASKS:
-                remaining = self._untried_feasible()
-                if not remaining:
-                    exhausted = True
+        launches = Launches(self.parallel, self.pool)
+        twins: dict[str, list[optuna.Trial]] = {}  # asked again while in flight: told its result when it ends
+        try:
+            while True:
+                while not stopped and not exhausted and launched < self.trials and not launches.full():
+                    stopped = self.budget.refusal(typical)
+                    if stopped:
+                        break
+                    busy = {f.candidate.key() for f in launches.flights()}
+                    picked = self._next(study, dists, rng, busy, twins)
+                    if picked is None:
+                        exhausted = not busy  # with trials in flight: ask again once one ends
+                        break
+                    launched += 1
+                    self._start(study, launches, *picked, launched)
+                if not launches.running:
                     break
+                for flight, future in launches.next_done():
+                    try:
+                        result = future.result()
+                    except Exception as exc:  # an error of autotune itself, in that launch's thread
+                        self._cut(study, flight.number, flight.candidate, "crashed",
+                                  f"{type(exc).__name__}: {exc} ({flight.stage})", flight.boxes)
+                        raise
+                    done = self._finish(study, flight, result, twins.pop(flight.candidate.key(), []))
+                    typical = typical_trial_s(done)
+                    stopped = stopped or (shared_cause(done, baseline(space)) if result.status == "failed" else None)
+                    if self.parallel > 1 and launches.flights():
+                        self._report_flights(launches.flights(), typical, launched)
+        except KeyboardInterrupt:  # not measured: re-run once when the study resumes
+            self._cut_in_flight(study, launches, "interrupted", lambda f: f"interrupted (Ctrl-C / SIGTERM) {f.stage}")
+            raise
+        except Exception as exc:
+            self._cut_in_flight(study, launches, "crashed", lambda f, e=exc: f"{type(e).__name__}: {e} ({f.stage})")
+            raise
+        finally:
+            launches.close()
+        if self.gates_at_end:
+            priced = gates_relaunch_s(self.store.trials(self.ctx.study), space.objective,
+                                      self.store.relaunch_seconds(self.ctx.study))
+            stopped = self._gate_the_head(priced) or stopped
+        return outcome_of(self.store, self.ctx.study, exhausted, stopped)
+
+    def _next(self, study: optuna.Study, dists: dict[str, CategoricalDistribution], rng: random.Random,
+              busy: set[str], twins: dict[str, list[optuna.Trial]]) -> tuple[optuna.Trial, Candidate] | None:
+        """Ask Optuna until it proposes a candidate to launch; None when nothing is left to launch
+        (every feasible candidate tried or, with several in flight, in flight). A candidate measured
+        already is told its stored score, one ruled out is skipped (PRUNED), one in flight waits
+        for that flight's result."""
+        idle = 0
+        while True:
+            if idle >= MAX_IDLE_ASKS:
+                remaining = [c for c in self._untried_feasible() if c.key() not in busy]
+                if not remaining:
+                    return None
                 self._enqueue(study, rng.choice(remaining))
                 idle = 0
             trial = study.ask(dists)
-            tuned: dict[str, Scalar] = dict(trial.params)
-            candidate = make_candidate(space, tuned)
+            candidate = make_candidate(self.ctx.space, dict(trial.params))
             prior = self.store.trial_by_candidate(self.ctx.study, candidate)
             if prior is not None:
                 tell(study, trial, prior)
+                idle += 1
+                continue
+            if candidate.key() in busy:
+                twins.setdefault(candidate.key(), []).append(trial)
                 idle += 1
                 continue
             reason = self.pruner.reason(candidate)
@@ -543,61 +616,85 @@ class Tuner:
                 self.reporter.trial_skipped(skipped)
                 idle += 1
                 continue
-            idle = 0
-            launched += 1
-            self.reporter.trial_started(trial.number, launched, self.trials, candidate)
-            ctx = self.ctx.model_copy(update={"port": free_port()})
-            stage = ["before the engine started"]
+            return trial, candidate
 
-            def events(text: str) -> None:
-                stage[0] = f"at: {text}"
-                self.reporter.trial_event(text)
+    def _start(self, study: optuna.Study, launches: Launches, trial: optuna.Trial, candidate: Candidate,
+               launched: int) -> None:
+        """Lease the candidate's boxes, record the attempt on them, and launch it (in a thread when
+        several are in flight)."""
+        self.reporter.trial_started(trial.number, launched, self.trials, candidate)
+        lease = self.pool.lease(self.per_trial) if self.pool is not None else None
+        ctx = leased_context(self.ctx, lease, self.boxes).model_copy(update={"port": free_port()})
+        flight = Flight(trial=trial, candidate=candidate, ctx=ctx, boxes=lease.boxes if lease else (),
+                        wait_needle=self._reference_needle_waits(trial.number))
 
-            donor = self._accuracy_donor(candidate, trial.number)
-            # reusing costs nothing, and a class not gated yet is gated at once: no deferral
-            defer = donor is None and not self._gate_class_now(candidate)
-            check = self._dominated_check(trial.number, defer=defer)
-            wait_needle = self._reference_needle_waits(trial.number)
-            self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid())
-            try:
-                result = self.launch(reference_context(ctx) if wait_needle else ctx, candidate, trial.number, events,
-                                     dominated=check, reuse=donor)
-            except KeyboardInterrupt:  # not measured: re-run once when the study resumes
-                self._cut(study, trial.number, candidate, "interrupted", f"interrupted (Ctrl-C / SIGTERM) {stage[0]}")
-                raise
-            except Exception as exc:
-                self._cut(study, trial.number, candidate, "crashed", f"{type(exc).__name__}: {exc} ({stage[0]})")
-                raise
-            before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
-            reference = reference_of(self.store, self.ctx.study, [*before, result])
-            predicted = self.predict(candidate) if self.predict else {}
-            if wait_needle and result.status == "ok":
-                result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
-            gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),
-                                   baseline_of([*before, result]), self.accuracy_failures)
-            result = result.model_copy(update={"gates": gates, "predicted": predicted})
-            self.store.save_trial(result)
-            self._learn_accuracy(result)
-            if result.status == "ok" and result.objective:
-                self.store.add_launch_sample(
-                    self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
-                    metric=space.objective.sample_metric, energy=result.energy,
-                )
+        def events(text: str) -> None:
+            flight.stage = f"at: {text}"
+            self.reporter.trial_event(text)
+
+        donor = self._accuracy_donor(candidate, trial.number)
+        # reusing costs nothing, and a class not gated yet is gated at once: no deferral
+        defer = donor is None and not self._gate_class_now(candidate)
+        check = self._dominated_check(trial.number, defer=defer)
+        self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid(),
+                                 boxes=flight.boxes)
+        launch_ctx = reference_context(ctx) if flight.wait_needle else ctx
+        launches.submit(flight, lease, lambda: self.launch(launch_ctx, candidate, trial.number, events,
+                                                           dominated=check, reuse=donor))
+        if self.parallel > 1:
+            self._report_flights(launches.flights(), typical_trial_s(self.store.trials(self.ctx.study)), launched)
+
+    def _finish(self, study: optuna.Study, flight: Flight, result: TrialResult,
+                twins: list[optuna.Trial]) -> list[TrialResult]:
+        """Judge, save and learn from one trial's result; tell Optuna. Returns the study's trials now."""
+        space, trial, candidate = self.ctx.space, flight.trial, flight.candidate
+        before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
+        reference = reference_of(self.store, self.ctx.study, [*before, result])
+        predicted = self.predict(candidate) if self.predict else {}
+        if flight.wait_needle and result.status == "ok":
+            result = result.model_copy(update={"deferred": REFERENCE_NEEDLE})
+        gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),
+                               baseline_of([*before, result]), self.accuracy_failures)
+        result = result.model_copy(update={"gates": gates, "predicted": predicted, "boxes": list(flight.boxes)})
+        self.store.save_trial(result)
+        self._learn_accuracy(result)
+        if result.status == "ok" and result.objective:
+            self.store.add_launch_sample(
+                self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
+                metric=space.objective.sample_metric, energy=result.energy, boxes=flight.boxes,
+            )
+        # isolating a failure no signature pins on knobs launches the engine: on boxes of its own
+        isolates = result.failure is not None and not result.failure.implicates
+        with on_boxes(self.pool if isolates else None, self.per_trial, flight.ctx, self.boxes) as (ctx, _):
             if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
-            tell(study, trial, result)
-            done = [*before, result]  # the study's trials now: read once above, this one just saved
-            typical = typical_trial_s(done)
-            ranked = rank(done)
-            self.reporter.trial_finished(result, ranked[0] if ranked else None)
-            stopped = shared_cause(done, baseline(space)) if result.status == "failed" else None
-            if stopped:
-                break
-        if self.gates_at_end:
-            priced = gates_relaunch_s(self.store.trials(self.ctx.study), space.objective,
-                                      self.store.relaunch_seconds(self.ctx.study))
-            stopped = self._gate_the_head(priced) or stopped
-        return outcome_of(self.store, self.ctx.study, exhausted, stopped)
+        tell(study, trial, result)
+        for twin in twins:  # the same candidate, asked while this one ran
+            tell(study, twin, result)
+        done = [*before, result]  # the study's trials now: read once above, this one just saved
+        ranked = rank(done)
+        self.reporter.trial_finished(result, ranked[0] if ranked else None)
+        return done
+
+    def _report_flights(self, flights: list[Flight], typical: float | None, launched: int) -> None:
+        left = max(0, self.trials - launched)
+        eta = None
+        if typical is not None and flights:
+            now = time.monotonic()
+            running = max(max(0.0, typical - (now - f.started)) for f in flights)
+            eta = running + typical * math.ceil(left / self.parallel)
+        self.reporter.in_flight(in_flight_text(flights, eta))
+
+    def _cut_in_flight(self, study: optuna.Study, launches: Launches, status: str,
+                       reason: Callable[[Flight], str]) -> None:
+        """Every trial still in flight when the controller stops: its engine stopped, its attempt
+        recorded as `status` on its boxes (re-run once on resume)."""
+        flights = launches.flights()
+        if launches.executor is not None:
+            stop_engines()  # the launch threads' engines: their launches then end on their own
+        for flight in flights:
+            self._cut(study, flight.number, flight.candidate, status, reason(flight), flight.boxes)
+        launches.running.clear()
 
     def _gate_the_head(self, typical: float | None) -> str | None:
         """The deferred gates, run on the head of the ranking only (autotune.study.deferred)."""
@@ -609,7 +706,9 @@ class Tuner:
             self.reporter.relaunch_started(relaunch_label(trial.candidate, trial.number))
             ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
             donor = self._accuracy_donor(trial.candidate, trial.number)
-            return self.launch(ctx, trial.candidate, trial.number, self.reporter.trial_event, dominated=None, reuse=donor)
+            with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
+                return self.launch(leased, trial.candidate, trial.number, self.reporter.trial_event, dominated=None,
+                                   reuse=donor)
 
         def save(merged: TrialResult, result: TrialResult) -> None:
             reference = reference_of(self.store, self.ctx.study)

@@ -41,7 +41,7 @@ from autotune.models import (
     SearchSpace,
     TrialEnergy,
     TrialResult,
-    utc_now,
+    utc_now_ms,
 )
 from autotune.trial.phases import Phase, PhaseClock, Step
 from autotune.engines.signatures import ENGINE_STALLED, UNCLASSIFIED
@@ -294,7 +294,7 @@ def run_trial(
     dominated: DominatedCheck | None = None,
     reuse: TrialResult | None = None,
 ) -> TrialResult:
-    started = utc_now()
+    started = utc_now_ms()
     t0 = time.monotonic()
     try:
         launch = ctx.render(candidate)

@@ -1,0 +1,118 @@
+"""Several trials in flight: launches run in threads, each on the boxes it leased; one controller.
+
+The Tuner (autotune/study/tuner.py) stays the only writer of runs.db and the only one that talks
+to Optuna: it asks for a candidate, leases its boxes (autotune/study/leases.py), records the
+attempt with those boxes, and hands the launch to a thread here. A launch thread does nothing but
+the launch (start the engine, measure it, stop it) and gives its boxes back when it ends, so a box
+is free again before the controller reads the result. With one trial in flight and no pool the
+launch runs in the controller's own thread, as it always did.
+
+Several controllers on one study would need a database server: runs.db is one SQLite file with a
+single writer, and the study lock (autotune/study/lock.py) refuses a second controller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import optuna
+
+from autotune.models import Candidate, Cluster, TrialResult
+from autotune.study.forecast import fmt_duration
+from autotune.study.leases import BoxPool, Lease, boxes_label
+from autotune.trial.run import TrialContext
+
+
+@dataclass
+class Flight:
+    """One trial in flight: its Optuna trial, candidate, boxes and where it has got to."""
+
+    trial: optuna.Trial
+    candidate: Candidate
+    ctx: TrialContext
+    boxes: tuple[int, ...] = ()
+    wait_needle: bool = False
+    stage: str = "before the engine started"
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+    def describe(self) -> str:
+        where = f"{boxes_label(self.boxes)}: " if self.boxes else ""
+        return f"{where}trial {self.number} ({self.candidate.label()})"
+
+
+def in_flight_text(flights: list[Flight], eta_s: float | None = None) -> str:
+    """The progress line of the trials in flight, per box, and the ETA at this parallelism."""
+    text = "in flight: " + " · ".join(f.describe() for f in sorted(flights, key=lambda f: f.boxes))
+    return text + (f"; trials ETA {fmt_duration(eta_s)}" if eta_s is not None else "")
+
+
+def leased_context(ctx: TrialContext, lease: Lease | None, boxes: Cluster | None) -> TrialContext:
+    """The context of a launch on `lease`: the leased boxes' nodes as its cluster where the pool
+    came from a cluster file (`boxes`); stand-in boxes on this host keep the context as it is."""
+    if lease is None or boxes is None:
+        return ctx
+    nodes = [boxes.nodes[i] for i in lease.boxes]
+    return ctx.model_copy(update={"cluster": boxes.model_copy(update={"nodes": nodes})})
+
+
+@contextlib.contextmanager
+def on_boxes(pool: BoxPool | None, count: int, ctx: TrialContext, boxes: Cluster | None) -> Iterator[tuple[TrialContext, tuple[int, ...]]]:
+    """Hold `count` boxes for one launch (a relaunch, an isolation launch), then give them back;
+    without a pool the launch runs as before, on no recorded box."""
+    if pool is None:
+        yield ctx, ()
+        return
+    lease = pool.lease(count)
+    try:
+        yield leased_context(ctx, lease, boxes), lease.boxes
+    finally:
+        pool.release(lease)
+
+
+class Launches:
+    """At most `slots` launches at once in threads; `submit` runs `launch` and then frees `lease`."""
+
+    def __init__(self, slots: int, pool: BoxPool | None) -> None:
+        self.slots = slots
+        self.pool = pool
+        self.executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial") if slots > 1 else None
+        self.running: dict[Future[TrialResult], Flight] = {}
+
+    def full(self) -> bool:
+        return len(self.running) >= self.slots
+
+    def flights(self) -> list[Flight]:
+        return list(self.running.values())
+
+    def submit(self, flight: Flight, lease: Lease | None, launch: Callable[[], TrialResult]) -> None:
+        def run() -> TrialResult:
+            try:
+                return launch()
+            finally:
+                if lease is not None and self.pool is not None:
+                    self.pool.release(lease)
+
+        if self.executor is None:  # one in flight: in this thread, exceptions raised here as before
+            future: Future[TrialResult] = Future()
+            self.running[future] = flight
+            future.set_result(run())
+            return
+        self.running[self.executor.submit(run)] = flight
+
+    def next_done(self) -> list[tuple[Flight, Future[TrialResult]]]:
+        """Wait until at least one launch ended; those that did, in trial order, out of the running."""
+        done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+        out = sorted(((self.running.pop(f), f) for f in done), key=lambda x: x[0].number)
+        return out
+
+    def close(self, wait_s: bool = True) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=wait_s, cancel_futures=True)
