@@ -5,15 +5,12 @@ evidence. The engine is the FAKE vLLM (tests/fakes/vllm_site.py) told to stall w
 
 from __future__ import annotations
 
-import importlib
-import json
 
 import httpx
 import pytest
-from fakes.vllm_site import write_fake_vllm
+from fakes.vllm_site import small_model_dir, use_fake_vllm
 
 from autotune.commands.setup import prepare
-from autotune.engines import vllm as vllm_engine
 from autotune.engines.signatures import classify
 from autotune.launchers import base as launcher_base
 from autotune.models import Candidate
@@ -38,14 +35,8 @@ workload:
 
 
 def plan_for(tmp_path, monkeypatch, startup: float = 60):
-    site = write_fake_vllm(tmp_path / "fake_site")
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}))
+    use_fake_vllm(tmp_path, monkeypatch, name="fake_site")
+    model = small_model_dir(tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.format(model=model, startup=startup))
     return prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import shutil
 import sys
 import tempfile
@@ -15,10 +14,9 @@ from pathlib import Path
 
 import pytest
 from fakes.nccl_libs import write_pip_nccl, write_system_nccl
-from fakes.vllm_site import write_fake_vllm
+from fakes.vllm_site import small_model_dir, use_fake_vllm
 
 from autotune.cli import main
-from autotune.engines import vllm as vllm_engine
 from autotune.launchers import nccl
 from autotune.launchers.cluster import host_ip, rank_env
 from autotune.models import Cluster, ClusterNode, NcclLibrary, NcclReading, NcclSource, NodeLaunch
@@ -148,14 +146,8 @@ def ray_root():
 
 @pytest.fixture
 def two_nodes(tmp_path, monkeypatch, ray_root):
-    site = write_fake_vllm(tmp_path / "site")
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}))
+    site = use_fake_vllm(tmp_path, monkeypatch, name="site")
+    model = small_model_dir(tmp_path)
     ip = host_ip()
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(f"gpus_per_node: 0\nrdma: false\nnodes:\n  - {{ip: {ip}, num_cpus: 1, temp_dir: {ray_root}/n0}}\n"

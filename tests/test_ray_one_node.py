@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
-from fakes.vllm_site import write_fake_vllm
+from fakes.vllm_site import small_model_dir, use_fake_vllm
 
 from autotune.cli import main
-from autotune.engines import vllm as vllm_engine
 from autotune.launchers.cluster import host_ip
 from autotune.store import Store
 from test_launcher_ray import processes_mentioning
@@ -50,14 +48,8 @@ def ray_root():
 
 @pytest.fixture
 def fake_space(tmp_path, monkeypatch):
-    site = write_fake_vllm(tmp_path / "fake_site")
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}))
+    use_fake_vllm(tmp_path, monkeypatch, name="fake_site")
+    model = small_model_dir(tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE.format(model=model))
     return space

@@ -230,3 +230,28 @@ def write_fake_vllm(root: Path, version: str = "0.26.0") -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     return root
+
+
+def use_fake_vllm(tmp_path: Path, monkeypatch, version: str = "0.26.0", name: str = "fake_site") -> Path:
+    """The stand-in vLLM of `version` first on this test's import path and its subprocesses'
+    PYTHONPATH, with the engine's per-version flag cache emptied; returns its site folder."""
+    import importlib
+
+    from autotune.engines import vllm as vllm_engine
+
+    site = write_fake_vllm(tmp_path / name, version)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
+    return site
+
+
+def small_model_dir(tmp_path: Path) -> Path:
+    """A model folder whose config.json holds the few facts the stand-in's spaces need."""
+    import json
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}))
+    return model
