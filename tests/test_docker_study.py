@@ -51,8 +51,10 @@ def cluster_file(folder: Path, image: str, model_dir: Path, nodes: list[str]) ->
 
 
 def search_args(space: Path, cluster: Path, study: str) -> list[str]:
+    # one trial at a time: these tests hold the docker launcher itself (trials side by side through
+    # docker are not tested yet: a Ctrl-C of two in flight did not exit within 60 s, issue 35)
     return ["search", "--space", str(space), "--db", "runs.db", "--study", study, "--launcher", "docker",
-            "--cluster", str(cluster), "--nodes", "1", "--trials", "2", "--confirm-rounds", "0"]
+            "--cluster", str(cluster), "--nodes", "1", "--trials", "2", "--confirm-rounds", "0", "--parallel", "1"]
 
 
 def _env(env: dict[str, str] | None) -> dict[str, str]:
