@@ -43,15 +43,6 @@ teardown_check() {  # $1: when; appends to teardown.txt, fails on anything left
     | tee -a "$OUT/teardown.txt"
   [[ $raylets == 0 && $vllm == 0 ]] && (( used <= idle + 64 ))
 }
-cluster_file() {
-  ip=$(python3 -c "from autotune.launchers.cluster import host_ip; print(host_ip())")
-  cat > "$W/cluster.yaml" <<YAML
-gpus_per_node: 1
-rdma: false
-nodes:
-  - {ip: $ip, gpus: "0", temp_dir: /tmp/at-r0}
-YAML
-}
 watch_trials() {  # $1: the search's output file; a teardown note between trials
   local seen=0 n
   while sleep 2; do
@@ -62,7 +53,7 @@ watch_trials() {  # $1: the search's output file; a teardown note between trials
 }
 case "${1:-}" in
 ray)
-  setup; cluster_file
+  setup; one_gpu_raylets 1
   timeout "${RAY_TIMEOUT:-480}" $at search "${common[@]}" --study dense-ray1 --launcher ray --cluster "$W/cluster.yaml" \
     > "$OUT/ray.txt" 2>&1 &
   sleep 5; watch_trials "$OUT/ray.txt"; wait
@@ -71,7 +62,7 @@ ray)
   save; tail -30 "$OUT/ray.txt"; cat "$OUT/teardown.txt" ;;
 kill9)
   # a new study of the same candidates, killed with SIGKILL while trial 1 measures, then resumed
-  setup; cluster_file
+  setup; one_gpu_raylets 1
   touch "$W/kill-start"
   $at search "${common[@]}" --study dense-ray1-kill --launcher ray --cluster "$W/cluster.yaml" > "$OUT/kill.txt" 2>&1 &
   # the kill comes while the first trial measures: its engine answered, its requests are in flight

@@ -27,15 +27,7 @@ tp1)
   save ;;
 tp2)
   install
-  # one raylet per GPU on this host: a node of the cluster file is one GPU
-  ip=$(python3 -c "from autotune.launchers.cluster import host_ip; print(host_ip())")
-  cat > "$W/cluster.yaml" <<EOF
-gpus_per_node: 1
-rdma: false
-nodes:
-  - {ip: $ip, gpus: "0", temp_dir: /tmp/at-r0}
-  - {ip: $ip, gpus: "1", temp_dir: /tmp/at-r1}
-EOF
+  one_gpu_raylets 2   # one raylet per GPU on this host: a node of the cluster file is one GPU
   timeout 540 $at search --space $space --study minimax-tp2 --hardware h200 --nodes 2 --cluster "$W/cluster.yaml" \
     --launcher ray --db "$DB" --logs "$W/logs" --confirm-rounds 0 --noise-relaunches 0 --trials 2 --time-budget 8.5 \
     --try max_num_seqs=32 > "$OUT/tp2.txt" 2>&1
