@@ -9,7 +9,8 @@
 # raystage/wheels/, split in 58 MiB parts) to /tmp/gpu-bundle-ray.
 #   bash scripts/gpu/ray1.sh ray      # install; baseline + 2 candidates through the Ray launcher
 #   bash scripts/gpu/ray1.sh kill9    # a new study of the same candidates, autotune killed with SIGKILL mid-trial, resumed
-#   bash scripts/gpu/ray1.sh process  # the same candidates under the process launcher (time breakdown)
+#   bash scripts/gpu/ray1.sh process  # the same candidates under the process launcher (time breakdown),
+#                                     # inside an energy counter cross-check (energy-process.json)
 #   bash scripts/gpu/ray1.sh report   # show of every study, as text and JSON
 # After each trial and after the kill -9, teardown.txt says: no raylet, no vLLM worker, and the
 # GPU's memory back to what it was before the study (idle.txt).
@@ -81,8 +82,9 @@ kill9)
   save; tail -12 "$OUT/kill.txt"; tail -20 "$OUT/resume.txt"; cat "$OUT/teardown.txt" ;;
 process)
   setup
-  timeout "${PROCESS_TIMEOUT:-480}" $at search "${common[@]}" --study dense-process1 --launcher process > "$OUT/process.txt" 2>&1
-  echo "search exit $?" >> "$OUT/process.txt"
+  # inside energy_check.py: the study's GPU joules by NVML's counter and by nvidia-smi's power samples
+  checked process bash -c 'timeout "$0" "$@" > "$OUT/process.txt" 2>&1; echo "search exit $?" >> "$OUT/process.txt"' \
+    "${PROCESS_TIMEOUT:-480}" $at search "${common[@]}" --study dense-process1 --launcher process
   teardown_check "after the process-launcher study"
   save; tail -25 "$OUT/process.txt" ;;
 report)
