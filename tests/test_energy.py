@@ -4,6 +4,7 @@ GPU) and a powercap tree in a temp dir; the objective and the gates as a space s
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -251,7 +252,7 @@ def test_a_bad_energy_gate_exits_2_before_runs_db_opens(tmp_path, capsys):
 def energy_trial(monkeypatch, gpus: list[FakeGpu], number: int = 1, tokens: int = 100) -> TrialResult:
     fake_nvml.install(monkeypatch, gpus)
     meter = EnergyMeter.open(None)
-    meter.before_launch(idle_s=0.05)
+    meter.before_launch(idle_s=0.05, settle_s=0.0)  # a throttled stand-in never reports idle
     run_window(meter, "prose", tokens=tokens, seconds=0.2)
     run_window(meter, "prefill", tokens=4, seconds=0.05)
     energy = meter.record()
@@ -331,3 +332,33 @@ def test_the_gpus_counted_are_the_ones_the_launch_uses(monkeypatch):
     assert visible_gpus(pinned, cand(tensor_parallel_size=1)) == "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
     assert visible_gpus(one, cand(tensor_parallel_size=1)) == "5,6"
+
+
+def test_the_idle_power_waits_for_the_gpu_to_report_idle(monkeypatch, no_rapl):
+    """On the H200 (2026-12-03) the second trial's idle power read 127 W at 1980 MHz, no idle event:
+    the previous engine had stopped a second before; the first trial's, on a GPU at rest, 78 W with
+    NVML's gpu_idle reason. The idle is read once the GPU says it is idle."""
+    gpu = FakeGpu(power_w=127.0, reasons=0)
+
+    def settle() -> None:
+        time.sleep(0.6)
+        gpu.power_w, gpu.sm_mhz, gpu.reasons = 78.0, 345, fake_nvml.GPU_IDLE
+        gpu.base_mj, gpu.start = gpu.energy_mj(), time.monotonic()
+
+    fake_nvml.install(monkeypatch, [gpu])
+    meter = EnergyMeter.open(None)
+    threading.Thread(target=settle, daemon=True).start()
+    meter.before_launch(idle_s=0.2)
+    meter.close()
+    assert meter.idle_gpu_w == pytest.approx(78.0, rel=0.1)
+    assert [s.events for s in meter.start_state] == [[ClockEvent.GPU_IDLE]]
+
+
+def test_a_gpu_that_never_reports_idle_gives_no_idle_power(monkeypatch, no_rapl):
+    fake_nvml.install(monkeypatch, [FakeGpu(power_w=127.0, reasons=0)])
+    meter = EnergyMeter.open(None)
+    started = time.monotonic()
+    meter.before_launch(idle_s=0.2, settle_s=0.5)
+    meter.close()
+    assert time.monotonic() - started < 2.0
+    assert meter.idle_gpu_w is None  # absent, never a busy GPU's power passed off as idle

@@ -34,6 +34,9 @@ from autotune.models import (
 SAMPLE_HZ = 20.0  # power readings per second where there is no energy counter (the issue asks >= 10)
 STATE_HZ = 2.0  # clock readings per second beside an energy counter (fewer calls beside the measured requests)
 IDLE_S = 0.5  # how long the idle power is read before the launch
+# how long the idle read waits for the GPUs to say they are idle: an engine stopped a second before
+# leaves its GPU at full clocks for a while (H200: 127 W at 1980 MHz vs 78 W at rest)
+IDLE_SETTLE_S = 20.0
 
 Clock = Callable[[], float]
 
@@ -139,8 +142,11 @@ class EnergyMeter:
     def gpus(self) -> list[int]:
         return list(self.nvml.handles) if self.nvml is not None else []
 
-    def before_launch(self, idle_s: float = IDLE_S) -> None:
-        """The idle power of the GPUs and CPU packages, and the GPUs' state, before the engine starts."""
+    def before_launch(self, idle_s: float = IDLE_S, settle_s: float = IDLE_SETTLE_S) -> None:
+        """The idle power of the GPUs and CPU packages, and the GPUs' state, before the engine starts.
+        The GPUs' idle power is read once each says it is idle (up to `settle_s`); a GPU that never
+        does leaves it absent."""
+        settled = self._settle(settle_s)
         cpu_before = rapl.read_all(self.zones) if self.zones else None
         t0 = self.clock()
         if self.nvml is not None and self.method is not None:
@@ -151,7 +157,9 @@ class EnergyMeter:
             sampler.stop()
             after = self._counter()
             self.start_state = sampler.summary()
-            if self.method is EnergyMethod.COUNTER and counter is not None and after is not None:
+            if not settled:  # a GPU still busy from the last engine: its power is not the idle's
+                self.idle_gpu_w = None
+            elif self.method is EnergyMethod.COUNTER and counter is not None and after is not None:
                 span = self.clock() - t0
                 self.idle_gpu_w = round((after - counter) / span, 2) if span > 0 else None
             elif (integrated := sampler.joules()) is not None and integrated[1] > 0:
@@ -164,6 +172,19 @@ class EnergyMeter:
         span = self.clock() - t0
         if cpu_before is not None and cpu_after is not None and span > 0:
             self.idle_cpu_w = round(rapl.joules_between(self.zones, cpu_before, cpu_after) / span, 2)
+
+    def _settle(self, settle_s: float) -> bool:
+        """Wait until every GPU whose clock reasons can be read gives the idle reason; False when
+        one has not within `settle_s`."""
+        if self.nvml is None:
+            return True
+        nvml = self.nvml
+        deadline = time.monotonic() + settle_s
+        while any(nvml.idle(g) is False for g in self.gpus):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def _counter(self) -> float | None:
         if self.nvml is None:

@@ -108,11 +108,21 @@ class Nvml:
         mw = self._read("nvmlDeviceGetPowerUsage", self.handles[gpu])
         return mw / 1000.0 if mw is not None else None
 
-    def state(self, gpu: int) -> GpuState:
-        handle = self.handles[gpu]
+    def _event_mask(self, handle: Any) -> int | None:
         mask = self._read("nvmlDeviceGetCurrentClocksEventReasons", handle)
         if mask is None:  # the name before nvidia-ml-py 12.535
             mask = self._read("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return mask
+
+    def idle(self, gpu: int) -> bool | None:
+        """Whether NVML gives the GPU's idle reason (clocks down, nothing running); None where the
+        reasons cannot be read."""
+        mask = self._event_mask(self.handles[gpu])
+        return bool(mask & 0x1) if mask is not None else None
+
+    def state(self, gpu: int) -> GpuState:
+        handle = self.handles[gpu]
+        mask = self._event_mask(handle)
         limit = self._read("nvmlDeviceGetEnforcedPowerLimit", handle)
         return GpuState(
             index=gpu,

@@ -35,7 +35,7 @@ class FakeGpu:
     sm_mhz: int = 1980
     max_sm_mhz: int = 1980
     mem_mhz: int = 3201
-    reasons: int = 0
+    reasons: int = GPU_IDLE  # NVML's idle reason: the meter reads the idle power once a GPU gives it
     temperature_c: int = 45
     power_limit_w: float = 700.0
     uuid: str = ""
