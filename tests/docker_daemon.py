@@ -56,11 +56,13 @@ def daemon_image() -> str:
         client.close()
 
 
-def labelled(label: str) -> list[str]:
-    """Names of the containers (running or not) carrying `label` (key=value) on the local daemon."""
+def labelled(label: str, running: bool = False) -> list[str]:
+    """Names of the containers carrying `label` (key=value) on the local daemon: all of them, or
+    with `running` those running."""
     client = daemon_client()
     try:
-        return sorted(c.name for c in client.containers.list(all=True, filters={"label": [label]}))
+        found = client.containers.list(all=not running, filters={"label": [label]})
+        return sorted(c.name for c in found)
     finally:
         client.close()
 

@@ -1,11 +1,13 @@
 """A real study through `--launcher docker` on the REAL local Docker daemon: llama.cpp + Gemma 3
 270M in containers of the image scripts/docker_image.sh builds (tests/docker_daemon.py: skipped
 without a daemon unless AUTOTUNE_REQUIRE_DOCKER=1, as .ci/run sets). The cluster file names two
-"nodes", both this host's daemon; llama.cpp runs one node per candidate, so trials run on node 0.
+"nodes", both this host's daemon, two boxes; llama.cpp runs one node per candidate, so two trials
+run side by side by default (`--parallel 2`), each in a container on the box it leased.
 
-The study is killed with SIGKILL while a trial's container runs (the reaper removes it), resumed
-to the end, interrupted with Ctrl-C in a second study (autotune removes its containers itself),
-and the recipe's `export --format docker` lines are run by hand and answer a completion.
+The study is killed with SIGKILL while both trials' containers run (the reapers remove them),
+resumed to the end, interrupted with Ctrl-C in a second study (autotune removes its containers
+itself; with both trials in flight in a test of its own), and the recipe's `export --format
+docker` lines are run by hand and answer a completion.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import uuid
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from docker_daemon import daemon_image, labelled, wait_until_none
 from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
@@ -51,10 +55,9 @@ def cluster_file(folder: Path, image: str, model_dir: Path, nodes: list[str]) ->
 
 
 def search_args(space: Path, cluster: Path, study: str) -> list[str]:
-    # one trial at a time: these tests hold the docker launcher itself (trials side by side through
-    # docker are not tested yet: a Ctrl-C of two in flight did not exit within 60 s, issue 35)
+    # two nodes, one per candidate: two trials side by side by default, each on a box of its own
     return ["search", "--space", str(space), "--db", "runs.db", "--study", study, "--launcher", "docker",
-            "--cluster", str(cluster), "--nodes", "1", "--trials", "2", "--confirm-rounds", "0", "--parallel", "1"]
+            "--cluster", str(cluster), "--nodes", "1", "--trials", "2", "--confirm-rounds", "0"]
 
 
 def _env(env: dict[str, str] | None) -> dict[str, str]:
@@ -71,12 +74,15 @@ def run_autotune(args: list[str], cwd: Path, timeout: float, env: dict[str, str]
                           capture_output=True, timeout=timeout)
 
 
-def wait_for_container(label: str, proc: subprocess.Popen[str], timeout_s: float = 120.0) -> list[str]:
+def wait_for_container(label: str, proc: subprocess.Popen[str], timeout_s: float = 120.0, count: int = 1,
+                       running: bool = False) -> list[str]:
+    """Wait until `count` containers carry `label` (with `running`: are running)."""
     deadline = time.monotonic() + timeout_s
-    while not (names := labelled(label)):
+    while len(names := labelled(label, running=running)) < count:
         if proc.poll() is not None or time.monotonic() > deadline:
             out = proc.communicate(timeout=10)[0] if proc.poll() is not None else "(still running)"
-            pytest.fail(f"no container labelled {label} appeared; autotune said:\n{out}")
+            pytest.fail(f"{count} container(s) labelled {label} never {'ran' if running else 'appeared'}; "
+                        f"autotune said:\n{out}")
         time.sleep(0.3)
     return names
 
@@ -96,11 +102,12 @@ def study_space(tmp_path: Path, gemma_gguf: Path) -> tuple[Path, str]:
 
 def run_study_through(tmp_path: Path, space: Path, alias: str, cluster: Path, study: str,
                       env: dict[str, str] | None = None) -> None:
-    """Kill -9 mid-trial, check the reaper removed the container, resume to the end."""
+    """Kill -9 with both trials in flight (a container each), check the reapers removed them,
+    resume to the end: each cut trial re-run once."""
     label = f"autotune.study={study}"
     proc = start_search(search_args(space, cluster, study), tmp_path, env)
     try:
-        wait_for_container(label, proc)
+        wait_for_container(label, proc, count=2, running=True)
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -113,9 +120,11 @@ def run_study_through(tmp_path: Path, space: Path, alias: str, cluster: Path, st
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "best:" in resumed.stdout
     trials = Store(tmp_path / "runs.db").trials(study)
-    killed, *rest = trials
-    assert killed.status == "crashed" and "ended during this trial without a result" in killed.reason
-    assert sorted(t.candidate.params["n_threads"] for t in rest if t.status == "ok") == [1, 2]
+    killed, rest = trials[:2], trials[2:]
+    assert all(t.status == "crashed" and "ended during this trial without a result" in t.reason for t in killed)
+    assert sorted(t.boxes for t in killed) == [[0], [1]]
+    assert sorted(t.candidate.params["n_threads"] for t in rest) == [1, 2] and all(t.status == "ok" for t in rest)
+    assert sorted(t.candidate.key() for t in rest) == sorted(t.candidate.key() for t in killed)
     assert all(t.launch.nodes[0].argv[:3] == [sys.executable, "-m", "llama_cpp.server"] for t in rest)
     assert labelled(label) == [] and not engine_pids(alias)
 
@@ -126,8 +135,9 @@ def test_a_study_through_docker_is_killed_resumed_interrupted_and_its_export_run
     cluster = cluster_file(tmp_path, daemon_image(), gemma_gguf.parent, ["", "unix:///var/run/docker.sock"])
     run_study_through(tmp_path, space, alias, cluster, "dock")
     logs = tmp_path / "autotune-logs" / "dock"
-    assert "reaper: removed" in (logs / "trial-000.reaper.log").read_text()
-    assert (logs / "trial-000.node0-server.log").exists()  # saved by the reaper before it removed the container
+    for killed in ("trial-000", "trial-001"):
+        assert "reaper: removed" in (logs / f"{killed}.reaper.log").read_text()
+        assert (logs / f"{killed}.node0-server.log").exists()  # saved by the reaper before it removed the container
     assert "Uvicorn running on" in (logs / "trial-002.node0-server.log").read_text()
 
     # Ctrl-C: autotune removes the trial's containers itself before it exits
@@ -165,6 +175,59 @@ def test_a_study_through_docker_is_killed_resumed_interrupted_and_its_export_run
         assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["text"].strip()
     finally:
         subprocess.run(["docker", "rm", "-f", "autotune-node0-server"], capture_output=True)
+
+
+#: how long autotune may take to exit after a Ctrl-C with two trials in flight: remove two containers
+#: (`docker rm -f`, a second or two each), shut the local Ray cluster of the box leases down (a few
+#: seconds) and record two attempts, with room for a loaded two-core host; well under the 120 s
+#: startup timeout that a launch thread still waiting for its removed container's health would take
+CTRL_C_EXIT_S = 30.0
+
+
+def test_ctrl_c_with_two_trials_in_flight_through_docker_then_resume(tmp_path, study_space, gemma_gguf):
+    """Two boxes (the cluster file's two nodes), two trials at once, each in its own container; a
+    Ctrl-C once both containers run: autotune exits with 130 within CTRL_C_EXIT_S, removes both
+    containers, records both attempts `interrupted` on their boxes, and a resume re-runs each once."""
+    space, alias = study_space
+    cluster = cluster_file(tmp_path, daemon_image(), gemma_gguf.parent, ["", "unix:///var/run/docker.sock"])
+    study, label = "dock-par", "autotune.study=dock-par"
+    args = search_args(space, cluster, study)  # --parallel 2: the default on two boxes
+    proc = start_search(args, tmp_path)
+    try:
+        wait_for_container(label, proc, count=2, running=True)
+        assert len(Store(tmp_path / "runs.db").open_attempts(study)) == 2
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out = proc.communicate(timeout=CTRL_C_EXIT_S)[0]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"autotune did not exit within {CTRL_C_EXIT_S:.0f} s of a Ctrl-C with two trials in flight")
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    assert "interrupted: engine processes stopped" in out
+    assert labelled(label) == [], f"Ctrl-C left containers ({took:.1f} s after it)"
+    store = Store(tmp_path / "runs.db")
+    assert [row[0] for row in store.db.execute("PRAGMA integrity_check").fetchall()] == ["ok"]
+    cut = store.trials(study)
+    assert [t.status for t in cut] == ["interrupted", "interrupted"], [(t.status, t.reason) for t in cut]
+    assert all(t.reason.startswith("interrupted (Ctrl-C / SIGTERM)") for t in cut)
+    assert sorted(t.boxes for t in cut) == [[0], [1]]  # each on the box it leased
+    assert store.open_attempts(study) == [] and list(store.db["study_owners"].rows) == []
+    optuna_study = optuna.load_study(study_name=study, storage=store.optuna_storage())
+    states = {t.number: (t.state, t.user_attrs.get("autotune_status")) for t in optuna_study.trials}
+    assert all(states[t.number] == (TrialState.FAIL, "interrupted") for t in cut), states
+
+    resumed = run_autotune(args, tmp_path, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    trials = Store(tmp_path / "runs.db").trials(study)
+    rerun = [t for t in trials if t.status == "ok"]
+    assert sorted(t.candidate.key() for t in rerun) == sorted(t.candidate.key() for t in cut)  # each re-run once
+    assert len(trials) == 4 and Store(tmp_path / "runs.db").open_attempts(study) == []
+    assert labelled(label) == [] and not engine_pids(alias)
 
 
 def test_the_same_study_through_an_ssh_daemon(tmp_path, study_space, gemma_gguf):

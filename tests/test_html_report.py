@@ -130,3 +130,59 @@ def test_the_planner_section_sets_its_single_stream_prediction_against_single_st
     assert cells == ["3", "500.0", "400.0", "0.80"]
     figure = predicted_figure([trial])
     assert figure is not None and list(figure.data[0].y) == pytest.approx([400.0])
+
+
+def parallel_db(path: Path) -> Path:
+    """runs.db of a study whose trials ran two at a time on boxes 0 and 1 (one interrupted)."""
+    from test_show_layout import STUDY, _ok, _trial
+
+    store = Store(path)
+    from autotune.space.candidates import load_space
+
+    store.save_study(STUDY, load_space("llamacpp-gemma3-270m"), "cpu", 1, "host")
+    at = "2026-12-03T10:00:{:02d}.000+00:00".format
+    for trial in [
+        _ok(0, {}, 23.6).model_copy(update={"boxes": [0], "started_at": at(0), "duration_s": 30.0}),
+        _ok(1, {"n_threads": 2}, 40.0).model_copy(update={"boxes": [1], "started_at": at(1), "duration_s": 20.0}),
+        _ok(3, {"n_batch": 256}, 30.0).model_copy(update={"boxes": [1], "started_at": at(22), "duration_s": 20.0}),
+        _ok(4, {"n_ubatch": 128}, 25.0).model_copy(update={"boxes": [0], "started_at": at(31), "duration_s": 10.0}),
+        _trial(5, {"n_ctx": 4096}, status="interrupted", reason="interrupted (Ctrl-C / SIGTERM)", boxes=[1]),
+    ]:
+        store.save_trial(trial)
+    return path
+
+
+def test_the_boxes_section_draws_each_trial_on_its_box_and_the_trials_in_flight(tmp_path):
+    from autotune.output.box_timeline import in_flight, spans
+
+    db = parallel_db(tmp_path / "runs.db")
+    trials = Store(db).trials("layout")
+    # trial 0 on box 0 from 0 s to 30 s; 1 then 3 on box 1; 4 on box 0 once 0 ended; 5 cut: not drawn
+    assert [(s.trial, s.box, s.start_s, s.end_s) for s in spans(trials)] == [
+        (0, 0, 0.0, 30.0), (1, 1, 1.0, 21.0), (3, 1, 22.0, 42.0), (4, 0, 31.0, 41.0)]
+    assert in_flight(trials) == [(0.0, 1), (1.0, 2), (21.0, 1), (22.0, 2), (30.0, 1), (31.0, 2), (41.0, 1), (42.0, 0)]
+
+    page = tmp_path / "report.html"
+    assert main(["report", "--db", str(db), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "<h2>Boxes: where and when each trial ran" in html
+    assert "at most 2 trial(s) in flight at once; trials per box: box 0: 2, box 1: 2" in html
+    assert "1 cut attempt(s) (interrupted, crashed) recorded no wall time" in html
+    assert "<td>box 1</td>" in html  # the trials table names each trial's box
+    dom = dump_dom(page)
+    markup = plot_markup(dom, "plot-boxes")
+    assert 'class="main-svg"' in markup, "the box timeline was not drawn"
+    assert markup.count('class="point"') >= 4  # a bar per trial that ran
+
+
+def test_a_study_without_boxes_says_one_at_a_time():
+    from autotune.output.box_timeline import box_figure, spans
+    from autotune.output.html import boxes_section
+    from autotune.study.tuner import StudyOutcome
+    from test_show_layout import _ok
+
+    trials = [_ok(0, {}, 23.6).model_copy(update={"started_at": "2026-12-03T10:00:00+00:00"}),
+              _ok(1, {"n_threads": 2}, 40.0).model_copy(update={"started_at": "2026-12-03T10:05:00+00:00"})]
+    outcome = StudyOutcome(name="s", trials=trials, ranked=trials, baseline=trials[0], skipped_reasons={})
+    assert "one trial at a time, no box pool" in boxes_section(outcome)
+    assert [s.box for s in spans(trials)] == [None, None] and box_figure(trials, COLORS) is not None

@@ -146,3 +146,44 @@ def test_containers_do_not_outlive_autotune_killed_or_crashed(image, tmp_path, h
         if proc.poll() is None:
             proc.kill()
         subprocess.run(["docker", "rm", "-f", *labelled("autotune.study=daemon-kill")], capture_output=True)
+
+
+def test_a_launch_stopped_from_another_thread_while_it_starts_ends_at_once(image, tmp_path):
+    """Ctrl-C with trials in flight: the controller's thread stops every launch (stop_all) while
+    each launch's own thread waits for its engine's health. That wait must end at once, not at the
+    startup timeout, and the launch must leave no container."""
+    import threading
+    import time
+
+    from autotune.errors import EngineStartError
+    from autotune.launchers.docker import stop_all
+
+    never_healthy = LaunchSpec(engine="stand-in", port=free_port(), health_path="/health",
+                               nodes=[NodeLaunch(node=0, argv=[sys.executable, "-c", WORKER])])
+    server = DockerServer(never_healthy, two_node_cluster(image, tmp_path), tmp_path / "t.log",
+                          study="daemon-stopped", startup_timeout_s=60)
+    raised: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            with server:
+                pass
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not labelled("autotune.study=daemon-stopped", running=True) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert labelled("autotune.study=daemon-stopped", running=True), "the container never ran"
+        stop_all()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the launch still waits for the health of a container it no longer has"
+        assert [type(e) for e in raised] == [EngineStartError] and "stopped" in str(raised[0]), raised
+        assert labelled("autotune.study=daemon-stopped") == []
+    finally:
+        server.stop(raise_errors=False)
+        thread.join(timeout=70)
+        subprocess.run(["docker", "rm", "-f", *labelled("autotune.study=daemon-stopped")], capture_output=True)

@@ -8,6 +8,8 @@ llama.cpp + Gemma 3 270M, runs side by side in tests/test_parallel_engine.py.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -213,3 +215,53 @@ def test_boxes_set_the_default_in_flight_and_refuse_more(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--parallel 4"):
         prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
                 nodes=1, accuracy=False, logs_dir=tmp_path, boxes=3, parallel=4)
+
+
+class LateEngines:
+    """Stand-in launches whose "engine" runs until stopped (at most `run_s`): trial 1's launch
+    interrupts the controller (a real SIGINT to this process) soon after it begins, then takes `late_s`
+    before its engine starts, so the controller's first stop finds only trial 0's engine."""
+
+    def __init__(self, late_s: float = 1.5, run_s: float = 30.0) -> None:
+        self.late_s, self.run_s = late_s, run_s
+        self.lock = threading.Lock()
+        self.up: dict[int, threading.Event] = {}
+        self.ran_s: dict[int, float] = {}
+
+    def stop_all(self) -> None:
+        with self.lock:
+            for stopped in self.up.values():
+                stopped.set()
+
+    def __call__(self, ctx, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
+        if number == 1:
+            time.sleep(0.5)  # the controller waits for a launch to end by now
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(self.late_s)
+        stopped = threading.Event()
+        with self.lock:
+            self.up[number] = stopped
+        t0 = time.monotonic()
+        stopped.wait(self.run_s)
+        self.ran_s[number] = time.monotonic() - t0
+        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason="stopped",
+                           duration_s=self.ran_s[number])
+
+
+def test_ctrl_c_stops_an_engine_that_starts_after_the_first_stop(tmp_path, pool3, monkeypatch) -> None:
+    """A launch thread that had leased its box but not started its engine when Ctrl-C landed
+    starts it afterwards: the controller stops engines again until every launch thread ended, so
+    the study ends at once, not after that engine's whole trial; both attempts are `interrupted`."""
+    import autotune.study.tuner as tuner_module
+
+    engines = LateEngines()
+    monkeypatch.setattr(tuner_module, "stop_engines", engines.stop_all)
+    plan = plan_of(tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        tuner(plan, engines, trials=2, pool=pool3, parallel=2).run()
+    assert time.monotonic() - t0 < 10.0, engines.ran_s
+    assert sorted(engines.ran_s) == [0, 1] and max(engines.ran_s.values()) < 5.0, engines.ran_s
+    trials = outcome_store(tmp_path).trials("s")
+    assert [t.status for t in trials] == ["interrupted", "interrupted"], [(t.status, t.reason) for t in trials]
+    assert outcome_store(tmp_path).open_attempts("s") == [] and pool3.held() == []

@@ -155,6 +155,24 @@ def test_launch_noise_is_pooled_per_objective_never_across_them(tmp_path):
     assert store.launch_noise("h", "llamacpp", "decode_tps_prose") is None
 
 
+def test_a_box_that_runs_faster_is_not_launch_noise(tmp_path):
+    """Issue 35: launch noise is pooled with the box as a factor. One config launched four times on
+    box 0 and four times on box 1, box 1 a constant 5 % faster, each launch within ±0.5 % of its
+    box's level: the noise is that ±0.5 %, not the 5 % between the boxes (pooled over boxes it
+    would be ~2.6 %, and every single-launch ratio under ~x1.09 would read as noise)."""
+    from autotune.models import Candidate
+
+    store = Store(tmp_path / "runs.db")
+    cand = Candidate(engine="llamacpp", params={"n_threads": 2})
+    jitter = [1.0, 1.005, 0.995, 1.0]
+    for box, level in ((0, 100.0), (1, 105.0)):
+        for i, j in enumerate(jitter):
+            store.add_launch_sample("h", "llamacpp", "s", cand, level * j, "confirm", i, metric="m", boxes=(box,))
+    noise = store.launch_noise("h", "llamacpp", "m")
+    assert noise is not None and (noise.groups, noise.df, noise.launches) == (2, 6, 8)
+    assert noise.sigma < 0.006
+
+
 def test_launch_samples_stored_before_objectives_were_kept_apart_take_their_studys_metric(tmp_path):
     import sqlite_utils
 

@@ -54,6 +54,8 @@ LABEL_LAUNCH = "autotune.launch"  # one DockerServer's containers, whatever the 
 CONTAINER_PYTHON = "python3"  # the engine's interpreter inside the image
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]+")
 _LIVE: weakref.WeakSet[DockerServer] = weakref.WeakSet()
+#: why a launch is dead once stop() ran (the reason wait_for_health and the Ray wait raise with)
+STOPPED = "the launch was stopped (its containers removed)"
 #: read from the caller's environment when a container starts; never written anywhere
 PASS_THROUGH_ENV: tuple[str, ...] = ("HF_TOKEN",)
 
@@ -338,6 +340,10 @@ class DockerServer(Launched):
         self.launch_id = uuid.uuid4().hex[:12]
         self._reaper: subprocess.Popen[bytes] | None = None
         self.cleanup_errors: list[str] = []
+        # stop() may come from another thread (Ctrl-C with trials in flight: the controller stops
+        # every launch while each launch's thread is still starting its own)
+        self._lock = threading.Lock()
+        self._stopped = False
 
     @classmethod
     def open(cls, launch: LaunchSpec, log_path: Path, options: LaunchOptions) -> Launched:
@@ -424,13 +430,18 @@ class DockerServer(Launched):
 
     def stop(self, raise_errors: bool = True) -> None:
         """Save every container's full log, then remove the containers (force: running ones too).
-        A container that cannot be removed raises EngineUnavailable (it may hold GPU memory)."""
-        if self._exec_stream is not None:
+        A container that cannot be removed raises EngineUnavailable (it may hold GPU memory). From
+        then on the launch is dead: a start still under way in another thread ends at once."""
+        with self._lock:
+            self._stopped = True
+            containers, self.containers = self.containers, []
+            reaper, self._reaper = self._reaper, None
+            exec_stream, self._exec_stream = self._exec_stream, None
+        if exec_stream is not None:
             try:
-                self._exec_stream.close()
+                exec_stream.close()
             except Exception:  # the connection may already be gone with the container
                 pass
-        containers, self.containers = self.containers, []
         for _, container in containers:
             _save_log(container, self.log_path)
         errors = []
@@ -446,11 +457,11 @@ class DockerServer(Launched):
         for client in self._clients.values():
             client.close()
         self._clients, self._exec_client = {}, None
-        if self._reaper is not None:  # containers it could not remove are the reaper's to retry
-            release(self._reaper, removed_all=not errors)
-            self._reaper = None
+        if reaper is not None:  # containers it could not remove are the reaper's to retry
+            release(reaper, removed_all=not errors)
         _LIVE.discard(self)
-        self.cleanup_errors = errors
+        if containers:  # a second stop (the launch's own, after another thread's) found nothing
+            self.cleanup_errors = errors
         if errors and raise_errors:
             raise EngineUnavailable(
                 f"could not remove containers ({'; '.join(errors)}); remove them with `docker rm -f` "
@@ -502,12 +513,15 @@ class DockerServer(Launched):
         kwargs = sdk_kwargs(spec)
         kwargs["environment"] = {**kwargs["environment"], **pass_through_env()}
         client = self._client(node.node)
-        try:
-            container = client.containers.create(**kwargs)
-        except docker.errors.APIError as exc:
-            what = f"could not create the {self._label(node)} container: {exc}"
-            raise EngineStartError(what, self.log_text()) from None
-        self.containers.append((node, container))
+        with self._lock:  # a stop() either comes first and no container is made, or removes this one
+            if self._stopped:
+                raise EngineStartError(f"{STOPPED} before the {self._label(node)} container was created")
+            try:
+                container = client.containers.create(**kwargs)
+            except docker.errors.APIError as exc:
+                what = f"could not create the {self._label(node)} container: {exc}"
+                raise EngineStartError(what, self.log_text()) from None
+            self.containers.append((node, container))
         try:
             container.start()
         except docker.errors.APIError as exc:
@@ -570,8 +584,11 @@ class DockerServer(Launched):
     # -------------------------------------------------------------- state
 
     def _dead(self) -> str | None:
-        """A message naming the first container that is not running, or the exec'd server that ended."""
-        for node, container in self.containers:
+        """A message naming the first container that is not running, or the exec'd server that ended
+        (or that the launch was stopped)."""
+        if self._stopped:
+            return STOPPED
+        for node, container in list(self.containers):
             try:
                 container.reload()
             except Exception as exc:

@@ -1,7 +1,8 @@
 """`autotune report`: one self-contained HTML file for a study, read from runs.db.
 
 Sections: the verdict, Pareto fronts (decode vs accuracy, decode vs TTFT), throughput per knob
-value, every trial (config diff, status, time breakdown), the candidates pruned before launching,
+value, every trial (its boxes, config diff, status, time breakdown), the boxes each trial ran on
+and the trials in flight over time, the candidates pruned before launching,
 the host's probe matrix, the planner's predicted vs measured decode, and the recipe. Plots are
 plotly figures; plotly.js is inlined once, so the file opens with no network.
 """
@@ -23,7 +24,9 @@ from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResul
 from autotune.verdict.noise import single_launch_verdict
 from autotune.output.terminal import diff_label, fmt_objective, fmt_samples
 from autotune.gates.score import verdict
+from autotune.output.box_timeline import box_figure, box_row, in_flight, spans
 from autotune.store import Store
+from autotune.study.leases import boxes_label
 from autotune.study.tuner import StudyOutcome, outcome_of
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -319,6 +322,7 @@ def trials_section(outcome: StudyOutcome) -> str:
         rows.append(
             [
                 f"{t.number}{' &#9733;' if best and best.number == t.number else ''}",
+                _e(boxes_label(t.boxes) if t.boxes else "-"),
                 f"<code>{_e(diff_label(t.candidate, base))}</code>",
                 _e(status),
                 fmt_objective(t.objective, outcome.objective),
@@ -333,11 +337,30 @@ def trials_section(outcome: StudyOutcome) -> str:
             ]
         )
     return _table(
-        ["#", "config (vs baseline)", "status", outcome.objective.unit, "pred.", "TTFT ms", "needle", "qeval", "start s",
+        ["#", "boxes", "config (vs baseline)", "status", outcome.objective.unit, "pred.", "TTFT ms", "needle", "qeval", "start s",
          "measure s", "total s", "verdict"],
         rows,
         "trials",
     )
+
+
+def boxes_section(outcome: StudyOutcome) -> str:
+    """Which box(es) each trial ran on, and how many trials were in flight over time."""
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    bars = spans(launched)
+    if not bars:
+        return "<p>No trial recorded its wall time yet.</p>"
+    most = max(n for _, n in in_flight(launched))
+    per_box: dict[int | None, int] = {}
+    for span in bars:
+        per_box[span.box] = per_box.get(span.box, 0) + 1
+    counts = ", ".join(f"{box_row(b)}: {n}" for b, n in sorted(per_box.items(), key=lambda x: -1 if x[0] is None else x[0]))
+    pool = ("one trial at a time, no box pool" if None in per_box
+            else f"at most {most} trial(s) in flight at once; trials per box: {counts}")
+    cut = [t for t in launched if t.duration_s <= 0]
+    note = f"; {len(cut)} cut attempt(s) (interrupted, crashed) recorded no wall time and are not drawn" if cut else ""
+    figure = box_figure(launched, COLORS)
+    return (f"<p>{_e(pool)}{_e(note)}.</p>" + (_figure_html(figure, "plot-boxes", 420) if figure else ""))
 
 
 def learned_section(store: Store, outcome: StudyOutcome, space: SearchSpace, row: dict[str, Any]) -> str:
@@ -475,6 +498,7 @@ def build_html(store: Store, study: str) -> str:
          else "<p>Every trial that ran had the same knob values.</p>"),
         ("trials", "Trials", trials_section(outcome)
          + (_figure_html(time_figure(launched), "plot-time", 340) if launched else "")),
+        ("boxes", "Boxes: where and when each trial ran", boxes_section(outcome)),
         ("energy", "Energy and GPU state", energy_section(outcome)),
         ("pruned", "Pruned before launching", pruned_section(outcome) + learned_section(store, outcome, space, row)),
         ("probes", "Host probe matrix", probes_section(probes, hosts[0] if hosts else None)),

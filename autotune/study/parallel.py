@@ -113,6 +113,18 @@ class Launches:
         out = sorted(((self.running.pop(f), f) for f in done), key=lambda x: x[0].number)
         return out
 
+    def stop(self, stop_engines: Callable[[], None], poll_s: float = 0.5) -> None:
+        """Stop the launches in flight (Ctrl-C, an error of the controller) and wait until each
+        thread ended: its engine stopped, its launch then ends on its own. Engines are stopped again
+        each `poll_s` while threads run: one that had leased its boxes but not started its engine
+        at the first stop starts it after."""
+        if self.executor is None:  # the launch ran in this thread: it is over already
+            return
+        pending = set(self.running)
+        while pending:
+            stop_engines()
+            _, pending = wait(pending, timeout=poll_s)
+
     def close(self, wait_s: bool = True) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=wait_s, cancel_futures=True)

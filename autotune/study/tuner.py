@@ -689,11 +689,10 @@ class Tuner:
                        reason: Callable[[Flight], str]) -> None:
         """Every trial still in flight when the controller stops: its engine stopped, its attempt
         recorded as `status` on its boxes (re-run once on resume)."""
-        flights = launches.flights()
-        if launches.executor is not None:
-            stop_engines()  # the launch threads' engines: their launches then end on their own
-        for flight in flights:
-            self._cut(study, flight.number, flight.candidate, status, reason(flight), flight.boxes)
+        cut = [(flight, reason(flight)) for flight in launches.flights()]  # the stage each was cut in
+        launches.stop(stop_engines)
+        for flight, why in cut:
+            self._cut(study, flight.number, flight.candidate, status, why, flight.boxes)
         launches.running.clear()
 
     def _gate_the_head(self, typical: float | None) -> str | None:
