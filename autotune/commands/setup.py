@@ -185,7 +185,7 @@ def cluster_for(
 def check_energy_readable(space: SearchSpace) -> None:
     """An objective of GPU energy needs an energy counter or power readings on this host: refused
     (exit 3) before runs.db opens, not a study whose every trial fails."""
-    if not space.objective.energy:
+    if not space.objective.gpu_energy:
         return
     from autotune.bench.energy import EnergyMeter
 

@@ -89,13 +89,13 @@ Events = Callable[[str], None]
 
 def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
     """The context of a relaunch that measures the objective alone (decode at one stream on the
-    short prompts, and the objective's own wave of N streams where it is output_tps_cN): no cold
+    short prompts, and the objective's own waves of N streams where it reads them): no cold
     prefill, no long-context decode, no other concurrency; `workload` sets more."""
-    level = ctx.space.objective.concurrency
+    waves = ctx.space.objective.waves
     # capacity_at_slo: the relaunch runs the whole search again, and no decode passes (not the objective)
     decode = {"prompt_sets": []} if ctx.space.objective.capacity else {}
     work = ctx.space.workload.model_copy(
-        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1] + ([level] if level else []),
+        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1, *waves],
                 **decode, **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
