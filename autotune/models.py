@@ -351,6 +351,8 @@ class SpaceObjective(str, Enum):
 
     DECODE = "decode"  # single-stream decode tok/s (the geometric mean of the prompt sets)
     CAPACITY = "capacity"  # capacity_at_slo: the most concurrent streams within --ttft-ms / --itl-ms
+    ENERGY = "energy"  # tokens_per_joule of --energy-workload
+    SPEED_ENERGY = "speed-energy"  # speed_energy: tok/s^(1 - w) x tok/J^w of --energy-workload, w = --energy-weight
 
     def __str__(self) -> str:
         return self.value
