@@ -1231,6 +1231,14 @@ class GpuState(Record):
         return any(e in THROTTLE_EVENTS for e in self.events)
 
 
+class NodeEnergy(Record):
+    """One node's part of a multi-node trial's GPU energy over a window (its GPUs summed)."""
+
+    node: int = Field(description="the node's index in the launch (0: the head)")
+    devices: list[int] = Field(description="its GPUs (NVML indexes on its host)")
+    joules: float
+
+
 class EnergyReading(Record):
     """The energy of one domain (the trial's GPUs together, or the CPU packages) over one window."""
 
@@ -1240,6 +1248,14 @@ class EnergyReading(Record):
     idle_power_w: float | None = Field(None, description="the same devices' power before the launch")
     method: EnergyMethod
     devices: list[int] = Field(description="GPU indexes (NVML), or RAPL package zones, summed")
+    nodes: list[NodeEnergy] = Field(
+        default_factory=list, description="a multi-node trial: each node's part of the joules, every node's GPUs read "
+        "in the same pass at the window's start and end (empty for one node)",
+    )
+    skew_ms: float | None = Field(
+        None, description="a multi-node trial: how far apart the nodes' reads of one boundary were, at most (ms); "
+        "unaligned reads would count some nodes over a longer window than others",
+    )
 
     @property
     def active_joules(self) -> float | None:
@@ -1294,7 +1310,8 @@ class TrialEnergy(Record):
     idle_gpu_power_w: float | None = Field(None, description="the GPUs' power summed, read before the launch")
     start_state: list[GpuState] = Field(default_factory=list, description="per GPU, before the launch")
     workloads: list[WorkloadEnergy] = Field(default_factory=list)
-    nodes_counted: int = Field(1, description="nodes whose GPUs are counted (only this host's are read)")
+    nodes_counted: int = Field(1, description="nodes whose GPUs are counted (the nodes on this host; one on "
+                               "another host is not read)")
     nodes: int = Field(1, description="nodes the trial ran on")
 
     def of(self, workload: str) -> WorkloadEnergy | None:

@@ -183,6 +183,17 @@ def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
     return ",".join(str(i) for i in range(ranks))
 
 
+def gpus_by_node(launch: LaunchSpec, candidate: Candidate, launcher: str, cluster: Cluster | None) -> dict[int, str | None]:
+    """node -> the GPUs it uses (CUDA_VISIBLE_DEVICES; None: every GPU), for the launch's nodes on
+    this host; a node on another host is left out (not read here)."""
+    here = launcher_class(launcher).nodes_here(launch, cluster)
+    if len({n.node for n in launch.nodes}) <= 1:
+        return {node: visible_gpus(launch, candidate) for node in here}
+    own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {node: next((n.env["CUDA_VISIBLE_DEVICES"] for n in launch.nodes
+                        if n.node == node and "CUDA_VISIBLE_DEVICES" in n.env), own) for node in here}
+
+
 async def measure(
     ctx: TrialContext,
     candidate: Candidate,
@@ -329,7 +340,8 @@ def run_trial(
         startup_timeout_s=ctx.space.workload.startup_timeout_s,
         limits=ctx.watchdog,
     )
-    meter = EnergyMeter.open(visible_gpus(launch, candidate), nodes=len({n.node for n in launch.nodes}) or 1)
+    meter = EnergyMeter.open_nodes(gpus_by_node(launch, candidate, ctx.launcher, ctx.cluster),
+                                   nodes=len({n.node for n in launch.nodes}) or 1)
     meter.before_launch()  # idle power and the GPUs' state, before the engine starts
     events("starting engine")
     clock = PhaseClock()
