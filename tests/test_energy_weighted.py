@@ -77,21 +77,6 @@ def test_bad_weights_exit_2_before_runs_db_opens(tmp_path, capsys):
     assert "tokens_per_joule term" in capsys.readouterr().err.replace("\n", " ") and not db.exists()
 
 
-def test_without_gpu_energy_it_exits_3_before_runs_db_opens(tmp_path, monkeypatch, capsys):
-    from autotune.cli import main
-
-    pytest.importorskip("llama_cpp", reason="pip install -e '.[llamacpp]'")
-    fake_nvml.no_nvml(monkeypatch)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    path = tmp_path / "weighted.yaml"
-    path.write_text(yaml.safe_dump({"name": "e", "engine": "llamacpp", "model": {"name": "m", "path": str(model)},
-                                    "knobs": [], "objective": {"metric": "speed_energy", "weights": HALF}}))
-    db = tmp_path / "runs.db"
-    assert main(["search", "--space", str(path), "--db", str(db)]) == 3
-    assert "needs the GPU's energy" in capsys.readouterr().err and not db.exists()
-
-
 def test_the_value_is_the_weighted_geometric_mean_and_the_score_takes_off_the_speed_noise(monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOTUNE_POWERCAP_ROOT", str(tmp_path / "no-powercap"))
     fake_nvml.install(monkeypatch, [FakeGpu(power_w=100.0)])
