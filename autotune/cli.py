@@ -391,11 +391,13 @@ def space_new(
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")] = 1,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="write the YAML here (never over a file)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="space name (default: <model dir>-<hardware><nodes>)")] = None,
-    objective: Annotated[SpaceObjective, typer.Option("--objective", help="what the space maximises: decode (one stream's tok/s) or capacity (concurrent streams within --ttft-ms and --itl-ms)")] = SpaceObjective.DECODE,
+    objective: Annotated[SpaceObjective, typer.Option("--objective", help="what the space maximises: decode (one stream's tok/s), capacity (concurrent streams within --ttft-ms and --itl-ms), energy (output tokens per GPU joule of --energy-workload) or speed-energy (tok/s^(1-w) x tok/J^w of --energy-workload, w = --energy-weight); the energy ones need the GPUs' energy where the space runs (only a warning where this host has none)")] = SpaceObjective.DECODE,
     ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="capacity: time to first token, at most (ms)")] = None,
     itl_ms: Annotated[Optional[float], typer.Option("--itl-ms", help="capacity: inter-token latency, at most (ms)")] = None,
     e2e_ms: Annotated[Optional[float], typer.Option("--e2e-ms", help="capacity: request to last token, at most (ms)")] = None,
     attainment: Annotated[Optional[float], typer.Option("--attainment", help="capacity: share of requests that must meet the limits (default 0.95)")] = None,
+    energy_workload: Annotated[Optional[str], typer.Option("--energy-workload", help="energy, speed-energy: the workload measured, prose, structured or cN (a wave of N streams; added to the workload) (default prose)")] = None,
+    energy_weight: Annotated[Optional[float], typer.Option("--energy-weight", help="speed-energy: the tok/J term's weight w, above 0 and below 1; tok/s gets 1 - w (default 0.5)")] = None,
 ) -> None:
     """Write a search space for your own model from its config.json.
 
@@ -404,8 +406,11 @@ def space_new(
     loads a space. Downloads nothing: the config must be on disk."""
     from autotune.commands.space_new import new_space, objective_of, write_space
 
-    made = new_space(model, hardware, nodes, name, objective_of(objective, ttft_ms, itl_ms, e2e_ms, attainment))
+    made = new_space(model, hardware, nodes, name,
+                     objective_of(objective, ttft_ms, itl_ms, e2e_ms, attainment, energy_workload, energy_weight))
     write_space(made, output)
+    for warning in made.warnings:
+        errors.print(warning, markup=False, highlight=False)
     if output is None:
         console.print(made.text, markup=False, highlight=False, end="")
         errors.print(made.summary, markup=False, highlight=False)

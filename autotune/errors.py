@@ -30,7 +30,7 @@ class EngineUnavailable(AutotuneError):
 
 
 class EnergyUnavailable(AutotuneError):
-    """The space ranks by energy (objective tokens_per_joule) and this host has no GPU energy to read."""
+    """The space ranks by energy (objective tokens_per_joule, speed_energy) and this host has no GPU energy to read."""
 
     exit_code = 3
 

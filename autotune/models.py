@@ -294,6 +294,10 @@ DECODE_OBJECTIVES = ("decode_tps_geomean", "decode_tps_prose", "decode_tps_struc
 CAPACITY_OBJECTIVE = "capacity_at_slo"
 #: output tokens per GPU joule of one workload (objective.energy_workload; autotune/bench/energy.py)
 ENERGY_OBJECTIVE = "tokens_per_joule"
+#: tok/s and tok/J of named workloads in one weighted geometric mean (objective.weights)
+WEIGHTED_OBJECTIVE = "speed_energy"
+#: a workload an objective may name: a prompt set (one stream) or a wave cN of N >= 2 streams
+WORKLOAD_PATTERN = r"prose|structured|c([2-9]|[1-9]\d+)"
 
 
 def wilson_interval(good: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -347,9 +351,55 @@ class SpaceObjective(str, Enum):
 
     DECODE = "decode"  # single-stream decode tok/s (the geometric mean of the prompt sets)
     CAPACITY = "capacity"  # capacity_at_slo: the most concurrent streams within --ttft-ms / --itl-ms
+    ENERGY = "energy"  # tokens_per_joule of --energy-workload
+    SPEED_ENERGY = "speed-energy"  # speed_energy: tok/s^(1 - w) x tok/J^w of --energy-workload, w = --energy-weight
 
     def __str__(self) -> str:
         return self.value
+
+
+class Quantity(str, Enum):
+    """What a term of the weighted objective reads of its workload."""
+
+    TOKENS_PER_S = "tokens_per_s"  # decode tok/s of a prompt set (one stream), aggregate output tok/s of a wave cN
+    TOKENS_PER_JOULE = "tokens_per_joule"  # output tokens per GPU joule of the workload
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WeightedTerm(Strict):
+    """One factor of objective.metric speed_energy: a quantity of one workload, raised to its weight."""
+
+    quantity: Quantity = Field(description="tokens_per_s (decode tok/s of a prompt set, output tok/s of a wave) or "
+                               "tokens_per_joule (output tokens per GPU joule)")
+    workload: str = Field(description="prose, structured (a prompt set the workload decodes, one stream) or cN "
+                          "(a wave of N streams, N in workload.concurrency)")
+    weight: float = Field(gt=0, lt=1, description="the term's exponent; the weights of all terms sum to 1")
+
+    @field_validator("workload")
+    @classmethod
+    def _known_workload(cls, workload: str) -> str:
+        if not re.fullmatch(WORKLOAD_PATTERN, workload):
+            raise ValueError(f"unknown workload {workload!r}: prose, structured or cN (a wave of N >= 2 streams)")
+        return workload
+
+    @property
+    def wave(self) -> int | None:
+        """N of a wave cN; None for a prompt set."""
+        return int(self.workload[1:]) if self.workload.startswith("c") else None
+
+    @property
+    def measurement(self) -> str:
+        """The measurement the term reads (autotune/bench/throughput.py, autotune/bench/energy.py)."""
+        if self.quantity is Quantity.TOKENS_PER_JOULE:
+            return f"tokens_per_gpu_joule.{self.workload}"
+        return f"output_tps.{self.workload}" if self.wave else f"decode_tps.{self.workload}"
+
+    def describe(self) -> str:
+        """The factor as a caption says it: (tok/s prose)^0.5."""
+        unit = "tok/J" if self.quantity is Quantity.TOKENS_PER_JOULE else "tok/s"
+        return f"({unit} {self.workload})^{self.weight:g}"
 
 
 class Objective(Strict):
@@ -358,11 +408,17 @@ class Objective(Strict):
         description="decode_tps_geomean | decode_tps_prose | decode_tps_structured (one stream), output_tps_cN: "
         "aggregate output tok/s with N requests in flight (N must be in workload.concurrency), or capacity_at_slo: "
         "the most concurrent streams whose requests meet objective.slo, or tokens_per_joule: output tokens per GPU "
-        "joule of objective.energy_workload (GPU only; needs an NVML energy counter or power readings)",
+        "joule of objective.energy_workload (GPU only; needs an NVML energy counter or power readings), or "
+        "speed_energy: the weighted geometric mean of the tok/s and tok/J terms in objective.weights",
     )
     energy_workload: str | None = Field(
         None, description="tokens_per_joule: the workload it is of, a prompt set (prose, structured) or a wave "
         "cN (N in workload.concurrency); default prose",
+    )
+    weights: list[WeightedTerm] | None = Field(
+        None, description="speed_energy: its terms, value = product of term ** weight over the terms (weights sum "
+        "to 1; at least one tokens_per_s and one tokens_per_joule term); a trial's ratio to another is the weighted "
+        "geometric mean of its terms' ratios, so weight 0.5 each trades 1 % of speed for 1 % of tok/J",
     )
     mad_penalty: float = Field(1.0, description="rank by median - penalty * 1.4826 * MAD")
     confirm_alpha: Literal[0.05, 0.01] = Field(
@@ -373,17 +429,16 @@ class Objective(Strict):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, metric: str) -> str:
-        if (metric not in DECODE_OBJECTIVES and metric not in (CAPACITY_OBJECTIVE, ENERGY_OBJECTIVE)
+        if (metric not in DECODE_OBJECTIVES and metric not in (CAPACITY_OBJECTIVE, ENERGY_OBJECTIVE, WEIGHTED_OBJECTIVE)
                 and not re.fullmatch(r"output_tps_c([2-9]|[1-9]\d+)", metric)):
             raise ValueError(f"unknown metric {metric!r}: one of {', '.join(DECODE_OBJECTIVES)}, output_tps_cN (N >= 2), "
-                             f"{CAPACITY_OBJECTIVE} or {ENERGY_OBJECTIVE}")
+                             f"{CAPACITY_OBJECTIVE}, {ENERGY_OBJECTIVE} or {WEIGHTED_OBJECTIVE}")
         return metric
 
     @field_validator("energy_workload")
     @classmethod
     def _known_energy_workload(cls, workload: str | None) -> str | None:
-        if workload is not None and workload not in ("prose", "structured") and not re.fullmatch(
-                r"c([2-9]|[1-9]\d+)", workload):
+        if workload is not None and not re.fullmatch(WORKLOAD_PATTERN, workload):
             raise ValueError(f"unknown energy_workload {workload!r}: prose, structured or cN (a wave of N >= 2 streams)")
         return workload
 
@@ -395,12 +450,45 @@ class Objective(Strict):
             raise ValueError(f"objective.slo is used by metric {CAPACITY_OBJECTIVE} only, not {self.metric}")
         if self.energy_workload is not None and self.metric != ENERGY_OBJECTIVE:
             raise ValueError(f"objective.energy_workload is used by metric {ENERGY_OBJECTIVE} only, not {self.metric}")
+        if self.weights is not None and self.metric != WEIGHTED_OBJECTIVE:
+            raise ValueError(f"objective.weights is used by metric {WEIGHTED_OBJECTIVE} only, not {self.metric}")
+        if self.metric == WEIGHTED_OBJECTIVE:
+            self._check_weights(self.weights or [])
         return self
+
+    @staticmethod
+    def _check_weights(terms: list[WeightedTerm]) -> None:
+        quantities = {t.quantity for t in terms}
+        if quantities != set(Quantity):
+            raise ValueError(f"objective.metric {WEIGHTED_OBJECTIVE} needs objective.weights with at least one "
+                             f"{Quantity.TOKENS_PER_S} and one {Quantity.TOKENS_PER_JOULE} term (for one alone: "
+                             f"metric decode_tps_* / output_tps_cN or {ENERGY_OBJECTIVE})")
+        named = [(t.quantity, t.workload) for t in terms]
+        twice = sorted({f"{q} of {w}" for q, w in named if named.count((q, w)) > 1})
+        if twice:
+            raise ValueError(f"objective.weights names {', '.join(twice)} twice")
+        total = sum(t.weight for t in terms)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"objective.weights sum to {total:g}, not 1 (the weights are a geometric mean's exponents)")
 
     @property
     def energy(self) -> bool:
         """Whether the objective is tokens_per_joule (output tokens per GPU joule of one workload)."""
         return self.metric == ENERGY_OBJECTIVE
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the objective is speed_energy (the weighted geometric mean of objective.weights)."""
+        return self.metric == WEIGHTED_OBJECTIVE
+
+    @property
+    def terms(self) -> list[WeightedTerm]:
+        return self.weights or []
+
+    @property
+    def gpu_energy(self) -> bool:
+        """Whether the objective reads GPU energy (tokens_per_joule, speed_energy)."""
+        return self.energy or self.weighted
 
     @property
     def energy_of(self) -> str:
@@ -410,7 +498,9 @@ class Objective(Strict):
     @property
     def sample_metric(self) -> str:
         """What a launch sample of this objective measures (launch noise pools samples of one such
-        metric only): tokens_per_joule is told apart by its workload."""
+        metric only): tokens_per_joule is told apart by its workload, speed_energy by its terms."""
+        if self.weighted:
+            return f"{self.metric}(" + ",".join(sorted(f"{t.measurement}^{t.weight:g}" for t in self.terms)) + ")"
         return f"{self.metric}.{self.energy_of}" if self.energy else self.metric
 
     @property
@@ -429,8 +519,19 @@ class Objective(Strict):
         return None
 
     @property
+    def waves(self) -> list[int]:
+        """The waves of N streams the objective reads (what a relaunch of it must measure)."""
+        if self.weighted:
+            return sorted({t.wave for t in self.terms if t.wave is not None})
+        return [self.concurrency] if self.concurrency else []
+
+    @property
     def unit(self) -> str:
-        """The objective's unit: streams for capacity_at_slo, tok/J for tokens_per_joule, tok/s otherwise."""
+        """The objective's unit: streams for capacity_at_slo, tok/J for tokens_per_joule, the product of
+        the terms' units for speed_energy ((tok/s)^0.5(tok/J)^0.5), tok/s otherwise."""
+        if self.weighted:
+            speed = sum(t.weight for t in self.terms if t.quantity is Quantity.TOKENS_PER_S)
+            return f"(tok/s)^{speed:g}(tok/J)^{1 - speed:g}"
         return "streams" if self.capacity else "tok/J" if self.energy else "tok/s"
 
     @property
@@ -440,6 +541,8 @@ class Objective(Strict):
             return "within the SLO"
         if self.energy:
             return f"per GPU joule ({self.energy_of}, GPU only)"
+        if self.weighted:
+            return "speed x energy, weighted (GPU only)"
         return f"output at {self.concurrency} streams" if self.concurrency else "decode"
 
     @property
@@ -451,6 +554,10 @@ class Objective(Strict):
             where = (f"{self.concurrency} concurrent requests (one wave)" if self.concurrency
                      else f"1 stream, {self.energy_of} prompts")
             return f"output tokens per GPU joule, {where}; GPU energy only, not the box's"
+        if self.weighted:
+            return ("weighted geometric mean " + " x ".join(t.describe() for t in self.terms)
+                    + "; a ratio between trials is the weighted geometric mean of the terms' ratios; "
+                    "GPU energy only, not the box's")
         if self.concurrency:
             return f"output tok/s of {self.concurrency} concurrent requests (one wave)"
         which = {"decode_tps_geomean": "geometric mean of prose and structured", "decode_tps_prose": "prose",
@@ -547,6 +654,13 @@ class SearchSpace(Strict):
             what = (f"objective.energy_workload {self.objective.energy_of}" if self.objective.energy
                     else f"objective.metric {self.objective.metric}")
             raise ValueError(f"{what} needs {level} in workload.concurrency (now {self.workload.concurrency})")
+        for term in self.objective.terms:
+            if term.wave is None and term.workload not in self.workload.prompt_sets:
+                raise ValueError(f"objective.weights: {term.quantity} of {term.workload} is a prompt set the workload "
+                                 f"does not decode (workload.prompt_sets: {self.workload.prompt_sets})")
+            if term.wave is not None and term.wave not in self.workload.concurrency:
+                raise ValueError(f"objective.weights: {term.quantity} of {term.workload} needs {term.wave} in "
+                                 f"workload.concurrency (now {self.workload.concurrency})")
         bad = {k: f for k, f in self.plugin_flags.items() if not f.startswith("--")}
         if bad:
             raise ValueError(f"plugin_flags must map knobs to --flags: {bad}")
@@ -1117,6 +1231,14 @@ class GpuState(Record):
         return any(e in THROTTLE_EVENTS for e in self.events)
 
 
+class NodeEnergy(Record):
+    """One node's part of a multi-node trial's GPU energy over a window (its GPUs summed)."""
+
+    node: int = Field(description="the node's index in the launch (0: the head)")
+    devices: list[int] = Field(description="its GPUs (NVML indexes on its host)")
+    joules: float
+
+
 class EnergyReading(Record):
     """The energy of one domain (the trial's GPUs together, or the CPU packages) over one window."""
 
@@ -1126,6 +1248,14 @@ class EnergyReading(Record):
     idle_power_w: float | None = Field(None, description="the same devices' power before the launch")
     method: EnergyMethod
     devices: list[int] = Field(description="GPU indexes (NVML), or RAPL package zones, summed")
+    nodes: list[NodeEnergy] = Field(
+        default_factory=list, description="a multi-node trial: each node's part of the joules, every node's GPUs read "
+        "in the same pass at the window's start and end (empty for one node)",
+    )
+    skew_ms: float | None = Field(
+        None, description="a multi-node trial: how far apart the nodes' reads of one boundary were, at most (ms); "
+        "unaligned reads would count some nodes over a longer window than others",
+    )
 
     @property
     def active_joules(self) -> float | None:
@@ -1180,7 +1310,8 @@ class TrialEnergy(Record):
     idle_gpu_power_w: float | None = Field(None, description="the GPUs' power summed, read before the launch")
     start_state: list[GpuState] = Field(default_factory=list, description="per GPU, before the launch")
     workloads: list[WorkloadEnergy] = Field(default_factory=list)
-    nodes_counted: int = Field(1, description="nodes whose GPUs are counted (only this host's are read)")
+    nodes_counted: int = Field(1, description="nodes whose GPUs are counted (the nodes on this host; one on "
+                               "another host is not read)")
     nodes: int = Field(1, description="nodes the trial ran on")
 
     def of(self, workload: str) -> WorkloadEnergy | None:

@@ -110,3 +110,31 @@ def test_a_host_without_nvml_or_rapl_says_not_measured(tmp_path, gemma_gguf, mon
     assert main(["report", "--db", str(db), "-o", str(report)]) == 0
     html = report.read_text()
     assert 'id="energy"' in html and "GPU energy not measured (no counter) in trial(s) 0" in html
+
+
+def test_the_weighted_speed_energy_objective_its_launch_samples_and_its_name_everywhere(tmp_path, gemma_gguf, monkeypatch, no_rapl,
+                                                                         capsys):
+    fake_nvml.install(monkeypatch, [FakeGpu(power_w=200.0)])
+    weights = ("objective: {metric: speed_energy, weights: [{quantity: tokens_per_s, workload: prose, weight: 0.5}, "
+               "{quantity: tokens_per_joule, workload: prose, weight: 0.5}]}\n")
+    db = tmp_path / "runs.db"
+    assert main(["search", "--space", str(write_space(tmp_path, gemma_gguf, objective=weights)), "--db", str(db),
+                 "--trials", "1", "--confirm-rounds", "0"]) == 0
+    store = Store(db)
+    [trial] = store.trials(STUDY)
+    assert trial.status == "ok", trial.reason
+    by_name = {m.name: m.median for m in trial.measurements}
+    expected = (by_name["decode_tps.prose"] * by_name["tokens_per_gpu_joule.prose"]) ** 0.5
+    assert trial.objective == pytest.approx(expected, rel=1e-3)
+    assert {row["metric"] for row in store.db["launch_samples"].rows} == {
+        "speed_energy(decode_tps.prose^0.5,tokens_per_gpu_joule.prose^0.5)"}
+    assert "(tok/s)^0.5(tok/J)^0.5" in capsys.readouterr().out
+    assert main(["show", "--db", str(db)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(tok/s prose)^0.5 x (tok/J prose)^0.5" in out
+    assert main(["export", "--db", str(db), "--trial", "0"]) == 0
+    recipe = yaml.safe_load(capsys.readouterr().out)
+    assert recipe["verdict"]["objective"].startswith("weighted geometric mean (tok/s prose)^0.5 x (tok/J prose)^0.5")
+    report = tmp_path / "report.html"
+    assert main(["report", "--db", str(db), "-o", str(report)]) == 0
+    assert "(tok/s)^0.5(tok/J)^0.5" in report.read_text()

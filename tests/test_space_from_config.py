@@ -251,3 +251,61 @@ def test_space_new_refuses_an_incomplete_slo(capsys, tmp_path, args, message):
                          "-o", str(out_file))
     assert code == 2 and message in err, err
     assert not out_file.exists()
+
+
+def test_space_new_offers_the_energy_objectives_and_warns_where_this_host_has_no_gpu_energy(capsys, tmp_path,
+                                                                                          monkeypatch):
+    """issue 33: `--objective energy` writes tokens_per_joule of --energy-workload, `--objective
+    speed-energy` the weighted form; on a host without GPU energy (this one: no NVML) the space is
+    still written, with a warning, since a space is often for another host."""
+    from fakes import nvml as fake_nvml
+
+    fake_nvml.no_nvml(monkeypatch)
+    model = model_dir(tmp_path, "Qwen3-30B-A3B")
+    energy_file = tmp_path / "qwen-energy.yaml"
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h200", "--objective", "energy",
+                         "--energy-workload", "c8", "-o", str(energy_file))
+    assert code == 0, err
+    space = load_space(str(energy_file))
+    assert (space.objective.metric, space.objective.energy_of) == ("tokens_per_joule", "c8")
+    assert 8 in space.workload.concurrency  # the wave the objective reads is measured
+    assert "warning: objective tokens_per_joule needs the GPUs' energy" in err and "written all the same" in err
+    assert "# Objective tokens_per_joule: output tokens per GPU joule" in energy_file.read_text()
+    mixed_file = tmp_path / "qwen-mixed.yaml"
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h200", "--objective",
+                         "speed-energy", "--energy-weight", "0.25", "-o", str(mixed_file))
+    assert code == 0, err
+    mixed = load_space(str(mixed_file)).objective
+    assert mixed.metric == "speed_energy" and mixed.unit == "(tok/s)^0.75(tok/J)^0.25"
+    assert [(t.quantity.value, t.workload) for t in mixed.terms] == [("tokens_per_s", "prose"),
+                                                                    ("tokens_per_joule", "prose")]
+    assert "warning: objective speed_energy" in err
+
+
+def test_space_new_with_gpu_energy_here_says_nothing_more(capsys, tmp_path, monkeypatch):
+    from fakes import nvml as fake_nvml
+    from fakes.nvml import FakeGpu
+
+    fake_nvml.install(monkeypatch, [FakeGpu()])
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), "--hardware",
+                         "h200", "--objective", "energy", "-o", str(tmp_path / "e.yaml"))
+    assert code == 0 and "warning" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--objective", "speed-energy", "--energy-weight", "1"], "--energy-weight 1: the tok/J term's weight"),
+        (["--objective", "energy", "--energy-weight", "0.5"], "--energy-weight is the weight of --objective speed-energy"),
+        (["--energy-workload", "prose"], "--energy-workload is used by --objective energy and speed-energy, not decode"),
+        (["--objective", "energy", "--energy-workload", "prefill"], "--objective energy (--energy-workload): "),
+        (["--objective", "energy", "--ttft-ms", "100"], "--ttft-ms set the SLO of --objective capacity, not of "
+                                                          "--objective energy"),
+    ],
+)
+def test_space_new_refuses_bad_energy_flags(capsys, tmp_path, args, message):
+    out_file = tmp_path / "never.yaml"
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), "--hardware",
+                         "h200", *args, "-o", str(out_file))
+    assert code == 2 and message in " ".join(err.split()), err
+    assert not out_file.exists()

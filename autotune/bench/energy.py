@@ -6,8 +6,14 @@ N streams, the capacity search) and records its joules, seconds, mean power, out
 GPUs' clocks over it. The GPU energy comes from NVML's energy counter where every counted GPU has
 one, else from power readings sampled at `SAMPLE_HZ` in a thread and integrated (trapezoids); the
 record names the method. The clocks are read in the same thread (at `STATE_HZ` beside a counter). A host with neither (no NVML, a CPU host) records no reading: absent,
-never zero. Only this host's GPUs are read: a multi-node trial's record says how many nodes it
-counts, and gives no J/token.
+never zero.
+
+A multi-node trial's nodes on this host (Ray's raylets here, one per GPU slice; docker nodes on the
+local daemon) are all read by this one meter: every node's GPUs in the same pass at each window
+boundary (and at each power sample), summed, each node's part recorded with how far apart the
+nodes' reads were (`skew_ms`): polls of each node on its own schedule would count some nodes over a
+longer window than others and inflate J/token. A node on another host is not read; the record then
+says how many nodes it counts and gives no J/token.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from autotune.models import (
     EnergyReading,
     GpuState,
     Measurement,
+    NodeEnergy,
     RequestResult,
     TrialEnergy,
     WorkloadEnergy,
@@ -41,22 +48,32 @@ IDLE_SETTLE_S = 20.0
 Clock = Callable[[], float]
 
 
+PerNode = dict[int, float]  # node -> its GPUs' joules or watts, summed
+
+
+def _per_node(nvml: Nvml, read: Callable[[int], float | None]) -> PerNode | None:
+    """One pass over every node's GPUs: each node's sum; None if any GPU gave no value."""
+    values = {gpu: read(gpu) for gpu in nvml.handles}
+    if any(v is None for v in values.values()):
+        return None
+    return {node: sum(values[g] or 0.0 for g in gpus) for node, gpus in nvml.nodes.items()}
+
+
 class _Sampler:
-    """Reads power (summed over the GPUs, when `power`) and each GPU's state every interval, in a thread."""
+    """Reads power (per node, each node's GPUs summed, when `power`) and each GPU's state every
+    interval, in a thread: every node in the same pass."""
 
     def __init__(self, nvml: Nvml, power: bool, interval_s: float, clock: Clock) -> None:
         self.nvml, self.power, self.interval_s, self.clock = nvml, power, interval_s, clock
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, PerNode]] = []
         self.states: dict[int, list[GpuState]] = {gpu: [] for gpu in nvml.handles}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="autotune-energy", daemon=True)
 
     def tick(self) -> None:
         now = self.clock()
-        if self.power:
-            watts = [self.nvml.power_w(gpu) for gpu in self.nvml.handles]
-            if all(w is not None for w in watts):
-                self.samples.append((now, sum(w for w in watts if w is not None)))
+        if self.power and (watts := _per_node(self.nvml, self.nvml.power_w)) is not None:
+            self.samples.append((now, watts))
         for gpu in self.nvml.handles:
             self.states[gpu].append(self.nvml.state(gpu))
 
@@ -73,11 +90,13 @@ class _Sampler:
         self._thread.join()
         self.tick()
 
-    def joules(self) -> tuple[float, float] | None:
-        """(joules, seconds) integrated over the power samples; None with fewer than two."""
+    def joules(self) -> tuple[PerNode, float] | None:
+        """(joules per node, seconds) integrated over the power samples; None with fewer than two."""
         if len(self.samples) < 2:
             return None
-        joules = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(self.samples, self.samples[1:]))
+        pairs = list(zip(self.samples, self.samples[1:]))
+        joules = {node: sum((t1 - t0) * (p0[node] + p1[node]) / 2 for (t0, p0), (t1, p1) in pairs)
+                  for node in self.samples[0][1]}
         return joules, self.samples[-1][0] - self.samples[0][0]
 
     def summary(self) -> list[GpuState]:
@@ -108,8 +127,9 @@ class EnergyMeter:
     """A trial's energy meter: idle before the launch, then one window per workload."""
 
     def __init__(self, nvml: Nvml | None, absent: str | None, zones: list[rapl.Zone], nodes: int = 1,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, nodes_here: int = 1) -> None:
         self.nvml, self.zones, self.nodes, self.clock = nvml, zones, nodes, clock
+        self.nodes_here = len(nvml.nodes) if nvml is not None else nodes_here
         self.method: EnergyMethod | None = None
         self.absent = absent
         if nvml is not None:
@@ -131,12 +151,20 @@ class EnergyMeter:
     @classmethod
     def open(cls, visible: str | None, nodes: int = 1, powercap: Path | None = None) -> EnergyMeter:
         """The meter for the GPUs `visible` names (CUDA_VISIBLE_DEVICES) and this host's RAPL packages."""
-        try:
-            nvml: Nvml | None = Nvml.open(visible)
-            absent = None
-        except NvmlUnavailable as exc:
-            nvml, absent = None, str(exc)
-        return cls(nvml, absent, rapl.packages(powercap), nodes)
+        return cls.open_nodes({0: visible}, nodes, powercap)
+
+    @classmethod
+    def open_nodes(cls, visible: dict[int, str | None], nodes: int, powercap: Path | None = None) -> EnergyMeter:
+        """The meter for a trial of `nodes` nodes whose nodes on this host are `visible` (node ->
+        its CUDA_VISIBLE_DEVICES), and this host's RAPL packages."""
+        nvml: Nvml | None = None
+        absent = "not read: the trial runs on another host (only the GPUs of this host's nodes are read)"
+        if visible:
+            try:
+                nvml, absent = Nvml.open_nodes(visible), None
+            except NvmlUnavailable as exc:
+                absent = str(exc)
+        return cls(nvml, absent, rapl.packages(powercap), nodes, nodes_here=len(visible))
 
     @property
     def gpus(self) -> list[int]:
@@ -151,19 +179,20 @@ class EnergyMeter:
         t0 = self.clock()
         if self.nvml is not None and self.method is not None:
             sampler = _Sampler(self.nvml, True, 1.0 / SAMPLE_HZ, self.clock)
-            counter = self._counter()
+            counter, _ = self._counter()
             sampler.start()
             time.sleep(idle_s)
             sampler.stop()
-            after = self._counter()
+            after, _ = self._counter()
             self.start_state = sampler.summary()
             if not settled:  # a GPU still busy from the last engine: its power is not the idle's
                 self.idle_gpu_w = None
             elif self.method is EnergyMethod.COUNTER and counter is not None and after is not None:
                 span = self.clock() - t0
-                self.idle_gpu_w = round((after - counter) / span, 2) if span > 0 else None
+                used = sum(after.values()) - sum(counter.values())
+                self.idle_gpu_w = round(used / span, 2) if span > 0 else None
             elif (integrated := sampler.joules()) is not None and integrated[1] > 0:
-                self.idle_gpu_w = round(integrated[0] / integrated[1], 2)
+                self.idle_gpu_w = round(sum(integrated[0].values()) / integrated[1], 2)
         elif self.zones:
             time.sleep(idle_s)
         elif self.nvml is not None:
@@ -186,11 +215,13 @@ class EnergyMeter:
             time.sleep(0.2)
         return True
 
-    def _counter(self) -> float | None:
+    def _counter(self) -> tuple[PerNode | None, float]:
+        """Every node's energy counters in one pass: (joules per node, or None; the pass's seconds)."""
         if self.nvml is None:
-            return None
-        values = [self.nvml.energy_j(g) for g in self.gpus]
-        return sum(v for v in values if v is not None) if all(v is not None for v in values) else None
+            return None, 0.0
+        t0 = self.clock()
+        values = _per_node(self.nvml, self.nvml.energy_j)
+        return values, self.clock() - t0
 
     def request_done(self, result: RequestResult) -> None:
         """Count a finished request's output tokens (the window it ends in owns them)."""
@@ -204,7 +235,7 @@ class EnergyMeter:
         cpu_before = rapl.read_all(self.zones) if self.zones else None
         sampler = (_Sampler(self.nvml, self.method is EnergyMethod.POWER_SAMPLES, self.interval_s, self.clock)
                    if self.nvml is not None else None)
-        counter0 = self._counter() if self.method is EnergyMethod.COUNTER else None
+        counter0, skew0 = self._counter() if self.method is EnergyMethod.COUNTER else (None, 0.0)
         t0 = self.clock()
         if sampler is not None:
             sampler.start()
@@ -213,16 +244,16 @@ class EnergyMeter:
         finally:
             if sampler is not None:
                 sampler.stop()
-            counter1 = self._counter() if self.method is EnergyMethod.COUNTER else None
+            counter1, skew1 = self._counter() if self.method is EnergyMethod.COUNTER else (None, 0.0)
             seconds = self.clock() - t0
             cpu_after = rapl.read_all(self.zones) if self.zones else None
         gpu = None
         if self.method is EnergyMethod.COUNTER and counter0 is not None and counter1 is not None:
-            gpu = self._reading(counter1 - counter0, seconds, self.idle_gpu_w, self.method, self.gpus)
+            gpu = self._gpu_reading({n: counter1[n] - counter0[n] for n in counter0}, seconds, max(skew0, skew1))
         elif self.method is EnergyMethod.POWER_SAMPLES and sampler is not None:
             integrated = sampler.joules()
-            if integrated is not None:
-                gpu = self._reading(*integrated, self.idle_gpu_w, self.method, self.gpus)
+            if integrated is not None:  # each sample reads every node in one pass: no skew beyond it
+                gpu = self._gpu_reading(*integrated, 0.0)
         cpu = None
         if cpu_before is not None and cpu_after is not None:
             cpu = self._reading(rapl.joules_between(self.zones, cpu_before, cpu_after), seconds, self.idle_cpu_w,
@@ -231,6 +262,15 @@ class EnergyMeter:
             workload=workload, output_tokens=self._tokens - tokens0, gpu=gpu, cpu=cpu,
             gpu_state=sampler.summary() if sampler is not None else [],
         ))
+
+    def _gpu_reading(self, joules: PerNode, seconds: float, skew_s: float) -> EnergyReading | None:
+        """The window's GPU energy, every node summed; each node's part where there are several."""
+        assert self.nvml is not None and self.method is not None
+        reading = self._reading(sum(joules.values()), seconds, self.idle_gpu_w, self.method, self.gpus)
+        if reading is None or len(self.nvml.nodes) < 2:
+            return reading
+        parts = [NodeEnergy(node=n, devices=self.nvml.nodes[n], joules=round(j, 3)) for n, j in sorted(joules.items())]
+        return reading.model_copy(update={"nodes": parts, "skew_ms": round(skew_s * 1000, 3)})
 
     @staticmethod
     def _reading(joules: float, seconds: float, idle_w: float | None, method: EnergyMethod,
@@ -244,7 +284,7 @@ class EnergyMeter:
         return TrialEnergy(
             gpus=self.gpus, gpu_method=self.method, absent=self.absent if self.method is None else None,
             idle_gpu_power_w=self.idle_gpu_w, start_state=self.start_state, workloads=self.workloads,
-            nodes_counted=1, nodes=self.nodes,
+            nodes_counted=self.nodes_here, nodes=self.nodes,
         )
 
     def close(self) -> None:

@@ -47,29 +47,45 @@ def _module() -> ModuleType:
 
 
 class Nvml:
-    """An initialised NVML with the handles of the GPUs a trial uses. Close it when done."""
+    """An initialised NVML with the handles of the GPUs a trial uses on this host, and which node of
+    the trial each belongs to (`nodes`: node -> its GPU indexes; one node, 0, unless opened for
+    several). Close it when done."""
 
-    def __init__(self, nvml: ModuleType, handles: dict[int, Any]) -> None:
+    def __init__(self, nvml: ModuleType, handles: dict[int, Any], nodes: dict[int, list[int]] | None = None) -> None:
         self._nvml = nvml
         self.handles = handles
+        self.nodes = nodes if nodes is not None else {0: list(handles)}
 
     @classmethod
     def open(cls, visible: str | None) -> Nvml:
         """NVML for the GPUs `visible` names (CUDA_VISIBLE_DEVICES); raises NvmlUnavailable."""
+        return cls.open_nodes({0: visible})
+
+    @classmethod
+    def open_nodes(cls, visible: dict[int, str | None]) -> Nvml:
+        """NVML for the GPUs of several nodes on this host, node -> its CUDA_VISIBLE_DEVICES; a GPU
+        two nodes name is counted once, for the first. Raises NvmlUnavailable."""
         nvml = _module()
         try:
             nvml.nvmlInit()
         except Exception as exc:  # pynvml.NVMLError and its per-code subclasses: no driver, no library
             raise NvmlUnavailable(f"no NVML: {exc}") from exc
+        handles: dict[int, Any] = {}
+        nodes: dict[int, list[int]] = {}
         try:
-            handles = cls._handles(nvml, visible)
+            for node, names in sorted(visible.items()):
+                own = {i: h for i, h in cls._handles(nvml, names).items() if i not in handles}
+                handles.update(own)
+                nodes[node] = sorted(own)
         except Exception as exc:
             nvml.nvmlShutdown()
             raise NvmlUnavailable(f"NVML lists no GPU: {exc}") from exc
         if not handles:
             nvml.nvmlShutdown()
-            raise NvmlUnavailable(f"no GPU to read (CUDA_VISIBLE_DEVICES={visible!r})")
-        return cls(nvml, handles)
+            names = ", ".join(f"node {n}: {v!r}" for n, v in sorted(visible.items())) if len(visible) > 1 else repr(
+                visible.get(0))
+            raise NvmlUnavailable(f"no GPU to read (CUDA_VISIBLE_DEVICES={names})")
+        return cls(nvml, handles, nodes)
 
     @staticmethod
     def _handles(nvml: ModuleType, visible: str | None) -> dict[int, Any]:

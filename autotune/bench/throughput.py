@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient
 from autotune.bench.needle import Haystack, fit_sentence_count
-from autotune.models import Measurement, Objective, RequestResult, Workload
+from autotune.models import Measurement, Objective, Quantity, RequestResult, Workload
 
 PromptBuilder = Callable[[int, str], Awaitable[str]]
 
@@ -304,6 +304,8 @@ def objective_value(measurements: list[Measurement], objective: Objective) -> tu
     """(objective, score): objective from the medians, score = objective minus its noise."""
     by_name = {m.name: m for m in measurements}
     metric = objective.metric
+    if objective.weighted:
+        return weighted_value(by_name, objective)
     if objective.capacity or objective.energy:  # one value per launch: no within-launch spread to take off
         name = f"tokens_per_gpu_joule.{objective.energy_of}" if objective.energy else metric
         found = by_name.get(name)
@@ -322,4 +324,22 @@ def objective_value(measurements: list[Measurement], objective: Objective) -> tu
     value = geomean([m.median for m in parts])
     # relative noise of a geometric mean ~ mean of the parts' relative MADs
     rel_noise = statistics.fmean(1.4826 * m.mad / m.median for m in parts if m.median > 0)
+    return value, value * (1.0 - objective.mad_penalty * rel_noise)
+
+
+def weighted_value(by_name: dict[str, Measurement], objective: Objective) -> tuple[float, float]:
+    """speed_energy: (prod of term ** weight, that minus its noise). The relative noise of a weighted
+    geometric mean ~ the weighted sum of the terms' relative MADs (an energy term has none: one
+    value per window)."""
+    missing = [t for t in objective.terms if t.measurement not in by_name]
+    if missing:
+        energy = any(t.quantity is Quantity.TOKENS_PER_JOULE for t in missing)
+        why = " (no GPU energy counter or power reading on this host)" if energy else ""
+        raise MeasurementFailed(f"objective {objective.metric}: {', '.join(t.measurement for t in missing)} not "
+                                f"measured{why}")
+    parts = [(by_name[t.measurement], t.weight) for t in objective.terms]
+    if any(m.median <= 0 for m, _ in parts):
+        raise MeasurementFailed(f"objective {objective.metric}: a term is not above 0")
+    value = math.exp(sum(w * math.log(m.median) for m, w in parts))
+    rel_noise = sum(w * 1.4826 * m.mad / m.median for m, w in parts)
     return value, value * (1.0 - objective.mad_penalty * rel_noise)

@@ -182,21 +182,28 @@ def cluster_for(
     return local_cluster(nodes, temp_root, gpus_per_node=hardware.gpus_per_node)
 
 
-def check_energy_readable(space: SearchSpace) -> None:
-    """An objective of GPU energy needs an energy counter or power readings on this host: refused
-    (exit 3) before runs.db opens, not a study whose every trial fails."""
-    if not space.objective.energy:
-        return
+def gpu_energy_absent(space: SearchSpace) -> str | None:
+    """Why this host cannot give the GPU energy the space's objective reads; None where it can, or
+    where the objective reads none."""
+    if not space.objective.gpu_energy:
+        return None
     from autotune.bench.energy import EnergyMeter
 
     meter = EnergyMeter.open(os.environ.get("CUDA_VISIBLE_DEVICES"))
     try:
-        if meter.method is None:
-            raise EnergyUnavailable(f"objective {space.objective.metric} needs the GPU's energy, and this host has "
-                                    f"none to read ({meter.absent}); rank by tok/s here (objective.metric "
-                                    "decode_tps_geomean), energy is then recorded where readable")
+        return meter.absent if meter.method is None else None
     finally:
         meter.close()
+
+
+def check_energy_readable(space: SearchSpace) -> None:
+    """An objective of GPU energy needs an energy counter or power readings on this host: refused
+    (exit 3) before runs.db opens, not a study whose every trial fails."""
+    absent = gpu_energy_absent(space)
+    if absent is not None:
+        raise EnergyUnavailable(f"objective {space.objective.metric} needs the GPU's energy, and this host has "
+                                f"none to read ({absent}); rank by tok/s here (objective.metric "
+                                "decode_tps_geomean), energy is then recorded where readable")
 def box_pool(cluster_file: Path | None, boxes: int | None) -> Cluster | None:
     """The boxes trials lease (autotune/study/leases.py): every node of the cluster file (None:
     `--boxes N` stand-ins on this host, or one box). `--boxes` with a cluster file is refused."""

@@ -39,6 +39,8 @@ from autotune.hardware.profiles import describe, resolve_hardware
 from autotune.model.config import config_file, text_fields
 from autotune.models import (
     CAPACITY_OBJECTIVE,
+    ENERGY_OBJECTIVE,
+    WEIGHTED_OBJECTIVE,
     HardwareProfile,
     KnobSpec,
     ModelSpec,
@@ -46,8 +48,10 @@ from autotune.models import (
     Rule,
     Scalar,
     SearchSpace,
+    Quantity,
     Slo,
     SpaceObjective,
+    WeightedTerm,
     Workload,
 )
 from autotune.planner.roofline import estimate
@@ -349,6 +353,7 @@ class NewSpace(BaseModel):
     text: str
     summary: str
     hardware: str  # the line that says what a node is and whether the figures are this host's
+    warnings: list[str] = []
 
 
 @dataclass
@@ -369,16 +374,26 @@ class _Draft:
 
 
 def objective_of(
-    kind: SpaceObjective, ttft_ms: float | None, itl_ms: float | None, e2e_ms: float | None, attainment: float | None
+    kind: SpaceObjective, ttft_ms: float | None = None, itl_ms: float | None = None, e2e_ms: float | None = None,
+    attainment: float | None = None, energy_workload: str | None = None, energy_weight: float | None = None,
 ) -> Objective | None:
     """The space's objective for `space new` (None: the default decode objective). Limits without
-    the capacity objective, or the capacity objective without TTFT and ITL limits, are refused."""
+    the capacity objective, the capacity objective without TTFT and ITL limits, or the energy flags
+    without an energy objective are refused."""
     limits = {"--ttft-ms": ttft_ms, "--itl-ms": itl_ms, "--e2e-ms": e2e_ms, "--attainment": attainment}
     given = [flag for flag, value in limits.items() if value is not None]
+    if given and kind is not SpaceObjective.CAPACITY:
+        raise ConfigError(f"{', '.join(given)} set the SLO of --objective capacity, not of --objective {kind}")
+    energy_flags = {"--energy-workload": energy_workload, "--energy-weight": energy_weight}
+    if kind is not SpaceObjective.SPEED_ENERGY and energy_weight is not None:
+        raise ConfigError(f"--energy-weight is the weight of --objective speed-energy, not of --objective {kind}")
+    if kind in (SpaceObjective.DECODE, SpaceObjective.CAPACITY) and energy_workload is not None:
+        raise ConfigError(f"--energy-workload is used by --objective energy and speed-energy, not {kind}")
     if kind is SpaceObjective.DECODE:
-        if given:
-            raise ConfigError(f"{', '.join(given)} set the SLO of --objective capacity, not of --objective decode")
         return None
+    if kind is not SpaceObjective.CAPACITY:
+        return _energy_objective(kind, energy_workload or "prose", 0.5 if energy_weight is None else energy_weight,
+                                 [f for f, v in energy_flags.items() if v is not None])
     missing = [flag for flag in ("--ttft-ms", "--itl-ms") if limits[flag] is None]
     if missing:
         raise ConfigError(f"--objective capacity needs {' and '.join(missing)} (the latency target it is measured under)")
@@ -387,6 +402,34 @@ def objective_of(
     except ValidationError as exc:
         raise ConfigError(f"--objective capacity: {first_errors(exc)}") from exc
     return Objective(metric=CAPACITY_OBJECTIVE, slo=slo)
+
+
+def _energy_objective(kind: SpaceObjective, workload: str, weight: float, flags: list[str]) -> Objective:
+    """tokens_per_joule of `workload`, or speed_energy: its tok/s^(1 - weight) x its tok/J^weight."""
+    try:
+        if kind is SpaceObjective.ENERGY:
+            return Objective(metric=ENERGY_OBJECTIVE, energy_workload=workload)
+        if not 0 < weight < 1:
+            raise ConfigError(f"--energy-weight {weight:g}: the tok/J term's weight, above 0 and below 1")
+        terms = [WeightedTerm(quantity=Quantity.TOKENS_PER_S, workload=workload, weight=round(1 - weight, 6)),
+                 WeightedTerm(quantity=Quantity.TOKENS_PER_JOULE, workload=workload, weight=weight)]
+        return Objective(metric=WEIGHTED_OBJECTIVE, weights=terms)
+    except ValidationError as exc:
+        raise ConfigError(f"--objective {kind}{' (' + ', '.join(flags) + ')' if flags else ''}: "
+                          f"{first_errors(exc)}") from exc
+
+
+def energy_note(space: SearchSpace) -> str | None:
+    """Where the space ranks by GPU energy and this host has none to read: a warning, not a refusal
+    (a space is often written for another host); `search` with it exits 3 on a host like this one."""
+    from autotune.commands.setup import gpu_energy_absent
+
+    absent = gpu_energy_absent(space)
+    if absent is None:
+        return None
+    return (f"warning: objective {space.objective.metric} needs the GPUs' energy and this host has none to read "
+            f"({absent}); the space is written all the same, for a host whose GPUs NVML can read: `autotune search` "
+            "with it exits 3 on a host like this one")
 
 
 def slug(text: str) -> str:
@@ -599,7 +642,9 @@ def new_space(
     _choose_knobs(draft, arch, ckpt, profile, nodes)
     space, fit_why = _fit(name, spec, profile, nodes, draft)
     if objective is not None:
-        space = space.model_copy(update={"objective": objective})
+        waves = sorted(set(space.workload.concurrency) | set(objective.waves))  # a wave the objective reads is measured
+        work = space.workload.model_copy(update={"concurrency": waves})
+        space = space.model_copy(update={"objective": objective, "workload": work})
     space = _validate(space, profile, nodes)
     style = (
         "prompt_style chat: the tokenizer has a chat template" if has_template
@@ -618,6 +663,9 @@ def new_space(
         *(f"- {line}" for line in [*draft.why, style]),
         *([f"Objective capacity_at_slo: the most concurrent streams with {objective.slo.describe()} (doubling from "
            f"{objective.slo.initial_streams}, then bisecting; docs/metrics.md)."] if objective and objective.slo else []),
+        *([f"Objective {objective.metric}: {objective.label} (docs/metrics.md); it needs the GPUs' energy (NVML's "
+           "energy counter or power readings) on the host it runs on, else `search` exits 3."]
+          if objective and objective.gpu_energy else []),
         "Knob defaults are the engine's own (null = flag left out), so trial 0 is the untuned baseline.",
         "Edit freely; `autotune plan --space THIS_FILE` re-checks it.",
         "",
@@ -627,7 +675,9 @@ def new_space(
         f"space {space.name}: {count_candidates(space)} candidates on {nodes} x {profile.name}; "
         f"{params.total / 1e9:.1f}B params ({ckpt.format}); {fit_why.split(':')[0]}"
     )
-    return NewSpace(space=space, text=text, summary=summary, hardware=f"hardware {describe(profile)}")
+    note = energy_note(space)
+    return NewSpace(space=space, text=text, summary=summary, hardware=f"hardware {describe(profile)}",
+                    warnings=[note] if note else [])
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -94,6 +94,12 @@ class Launched:
         raise NotImplementedError
 
     @classmethod
+    def nodes_here(cls, launch: LaunchSpec, cluster: Cluster | None) -> list[int]:
+        """The launch's nodes that run on this host (whose GPUs a meter here can read): every one
+        unless the launcher reaches other hosts."""
+        return sorted({n.node for n in launch.nodes})
+
+    @classmethod
     def stop_all(cls) -> None:
         """Stop every launch of this launcher still up (signal handlers and atexit call this)."""
         raise NotImplementedError

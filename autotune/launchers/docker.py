@@ -359,6 +359,17 @@ class DockerServer(Launched):
     needs_cluster_file = "nodes with their Docker daemons, and the image"
 
     @classmethod
+    def nodes_here(cls, launch: LaunchSpec, cluster: Cluster | None) -> list[int]:
+        """The nodes whose daemon is this host's own (a unix socket); one behind ssh:// or tcp:// is
+        taken for another host, even where that address loops back."""
+        def here(node: int) -> bool:
+            address = (cluster.nodes[node].address if cluster and node < len(cluster.nodes) else None) or os.environ.get(
+                "DOCKER_HOST")
+            return address is None or address.startswith("unix://")
+
+        return [n for n in super().nodes_here(launch, cluster) if here(n)]
+
+    @classmethod
     def preflight(
         cls, cluster: Cluster | None, *, cluster_file: object | None, reach: bool = True,
         timeout_s: float = checks.REACH_TIMEOUT_S,

@@ -4,7 +4,7 @@ the recipe's lines. Every GPU figure says it is GPU-only; an absent reading says
 
 from __future__ import annotations
 
-from autotune.models import GpuState, TrialEnergy, TrialResult, WorkloadEnergy
+from autotune.models import EnergyReading, GpuState, TrialEnergy, TrialResult, WorkloadEnergy
 from autotune.verdict.gpu_state import describe, study_usual_clock, trial_flags
 
 NOT_MEASURED = "not measured (no counter)"
@@ -66,13 +66,26 @@ def absent_line(trials: list[TrialResult]) -> str | None:
 
 
 def multi_node_line(trials: list[TrialResult]) -> str | None:
+    """The one line for multi-node trials: each node's part of the GPU energy where every node was
+    read, else how many nodes were counted."""
     partial = [t for t in trials if t.energy and t.energy.nodes_counted < t.energy.nodes]
-    if not partial:
+    if partial:
+        e = partial[0].energy
+        assert e is not None
+        return (f"energy counts the GPUs of {e.nodes_counted} of {e.nodes} nodes (those on this host; a node on another "
+                "host is not read): no J/token is reported for those trials")
+    parts = [f"trial {t.number} {w.workload}: {node_parts(w.gpu)}" for t in trials if t.energy and t.energy.nodes > 1
+             for w in t.energy.workloads if w.gpu and w.gpu.nodes]
+    if not parts:
         return None
-    e = partial[0].energy
-    assert e is not None
-    return (f"energy counts the GPUs of {e.nodes_counted} of {e.nodes} nodes (this host's only): no J/token is "
-            "reported for those trials")
+    return "GPU energy per node, every node read in the same pass at each window boundary: " + "; ".join(parts)
+
+
+def node_parts(reading: EnergyReading) -> str:
+    """A multi-node window's parts: node 0 (GPUs 0) 120.0 J, node 1 (GPUs 1) 80.0 J, reads 0.02 ms apart."""
+    parts = ", ".join(f"node {p.node} (GPUs {','.join(map(str, p.devices)) or '-'}) {p.joules:.1f} J"
+                      for p in reading.nodes)
+    return parts + (f", reads {reading.skew_ms:.2f} ms apart at most" if reading.skew_ms is not None else "")
 
 
 def state_notes(trials: list[TrialResult]) -> list[str]:
@@ -103,8 +116,9 @@ def recipe_lines(trial: TrialResult, trials: list[TrialResult]) -> list[str]:
             per_token = (f", {w.gpu_j_per_token:.4g} J/token ({w.tokens_per_gpu_joule:.4g} tok/J"
                          + (f", {w.active_gpu_j_per_token:.4g} J/token above idle" if w.active_gpu_j_per_token is not None
                             else "") + ")" if w.gpu_j_per_token and w.tokens_per_gpu_joule else "")
+            nodes = f"; {node_parts(w.gpu)}" if w.gpu.nodes else ""
             lines.append(f"{w.workload}: {w.gpu.joules:.1f} J over {w.gpu.seconds:.1f} s, mean {w.gpu.mean_power_w:.0f} W"
-                         f"{per_token}; SM/mem {_clocks(w.gpu_state)} MHz, clock events {_events(w.gpu_state)}")
+                         f"{per_token}{nodes}; SM/mem {_clocks(w.gpu_state)} MHz, clock events {_events(w.gpu_state)}")
     cpu = [w for w in energy.workloads if w.cpu]
     lines.append("CPU package energy (RAPL): " + ("; ".join(f"{w.workload} {w.cpu.joules:.1f} J" for w in cpu if w.cpu)
                                                    if cpu else NOT_MEASURED))

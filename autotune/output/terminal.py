@@ -41,10 +41,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def fmt_objective(value: float | None, objective: Objective) -> str:
-    """An objective's value as printed: tokens per joule (about 0.1-10) with 4 significant digits."""
+    """An objective's value as printed: one that reads energy (tokens per joule, about 0.1-10) with 4
+    significant digits."""
     if value is None:
         return "-"
-    return f"{value:.4g}" if objective.energy else f"{value:.1f}"
+    return f"{value:.4g}" if objective.gpu_energy else f"{value:.1f}"
 
 
 def fmt_samples(values: list[float], objective: Objective) -> str:

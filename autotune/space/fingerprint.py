@@ -22,7 +22,7 @@ from autotune.models import SearchSpace
 #: Gates fields added after studies were first fingerprinted (left out while empty)
 LATER_GATES = ("max_regression", "max_gpu_j_per_token", "max_power_w")
 #: Objective fields added since (left out while unset), e.g. capacity_at_slo's slo
-LATER_OBJECTIVE = ("slo", "energy_workload")
+LATER_OBJECTIVE = ("slo", "energy_workload", "weights")
 
 
 def experiment(space: SearchSpace) -> dict[str, Any]:

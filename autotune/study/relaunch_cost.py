@@ -39,7 +39,7 @@ def relaunch_s(trials: list[TrialResult], objective: Objective, measured: list[f
     done = [s for s in (measured or []) if s and s > 0]
     if done:
         return statistics.median(done)
-    phases = RELAUNCH_PHASES + ((Phase.CONCURRENCY.value,) if objective.concurrency else ()) + (
+    phases = RELAUNCH_PHASES + ((Phase.CONCURRENCY.value,) if objective.waves else ()) + (
         (Phase.CAPACITY.value,) if objective.capacity else ())
     priced = [_phases_s(t, phases) for t in warm_trials(trials)]
     priced = [s for s in priced if s > 0]

@@ -89,13 +89,13 @@ Events = Callable[[str], None]
 
 def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
     """The context of a relaunch that measures the objective alone (decode at one stream on the
-    short prompts, and the objective's own wave of N streams where it is output_tps_cN): no cold
+    short prompts, and the objective's own waves of N streams where it reads them): no cold
     prefill, no long-context decode, no other concurrency; `workload` sets more."""
-    level = ctx.space.objective.concurrency
+    waves = ctx.space.objective.waves
     # capacity_at_slo: the relaunch runs the whole search again, and no decode passes (not the objective)
     decode = {"prompt_sets": []} if ctx.space.objective.capacity else {}
     work = ctx.space.workload.model_copy(
-        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1] + ([level] if level else []),
+        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1, *waves],
                 **decode, **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
@@ -181,6 +181,17 @@ def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
     for n in sizes:
         ranks *= n if isinstance(n, int) and n > 0 else 1
     return ",".join(str(i) for i in range(ranks))
+
+
+def gpus_by_node(launch: LaunchSpec, candidate: Candidate, launcher: str, cluster: Cluster | None) -> dict[int, str | None]:
+    """node -> the GPUs it uses (CUDA_VISIBLE_DEVICES; None: every GPU), for the launch's nodes on
+    this host; a node on another host is left out (not read here)."""
+    here = launcher_class(launcher).nodes_here(launch, cluster)
+    if len({n.node for n in launch.nodes}) <= 1:
+        return {node: visible_gpus(launch, candidate) for node in here}
+    own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {node: next((n.env["CUDA_VISIBLE_DEVICES"] for n in launch.nodes
+                        if n.node == node and "CUDA_VISIBLE_DEVICES" in n.env), own) for node in here}
 
 
 async def measure(
@@ -329,7 +340,8 @@ def run_trial(
         startup_timeout_s=ctx.space.workload.startup_timeout_s,
         limits=ctx.watchdog,
     )
-    meter = EnergyMeter.open(visible_gpus(launch, candidate), nodes=len({n.node for n in launch.nodes}) or 1)
+    meter = EnergyMeter.open_nodes(gpus_by_node(launch, candidate, ctx.launcher, ctx.cluster),
+                                   nodes=len({n.node for n in launch.nodes}) or 1)
     meter.before_launch()  # idle power and the GPUs' state, before the engine starts
     events("starting engine")
     clock = PhaseClock()
