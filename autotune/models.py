@@ -1431,11 +1431,14 @@ class Confirmation(Record):
     @model_validator(mode="before")
     @classmethod
     def _status_of_older_rows(cls, data: Any) -> Any:
-        # a confirmation stored before `status` existed said it only in its sentence
+        # a confirmation stored before `status` existed: its status from the numbers it was judged on.
+        # Each round relaunched each arm once, a failed relaunch left no sample (no winner); with
+        # none failed, fewer than 2 launches of an arm was not confirmed, once the t test (alpha) judged
         if isinstance(data, dict) and "status" not in data and "winner" in data:
-            words = str(data.get("verdict", ""))
+            launches = min(len(data.get("best_samples", [])), len(data.get("baseline_samples", [])))
+            too_few = "alpha" in data and data.get("rounds", 0) <= launches < 2
             data = {**data, "status": VerdictStatus.WINNER if data["winner"] else
-                    VerdictStatus.NOT_CONFIRMED if words.startswith("not confirmed") else VerdictStatus.NO_WINNER}
+                    VerdictStatus.NOT_CONFIRMED if too_few else VerdictStatus.NO_WINNER}
         return data
 
 
