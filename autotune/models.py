@@ -495,6 +495,32 @@ class Gates(Strict):
         return limits
 
 
+class GatePolicy(str, Enum):
+    """When a study runs its accuracy gates (needle, qeval): resolved once from the command line and
+    the engine's default (`GatePolicy.of`), read by the Tuner, the trial and the forecast."""
+
+    NO_ACCURACY = "no accuracy"  # --no-accuracy: throughput only
+    EVERY_TRIAL = "every trial"  # --gate-every-trial: also trials whose score cannot rank first
+    AT_ONCE = "at once"  # a trial that may rank first runs its gates in its own launch; the rest are dominated
+    AT_END = "at end"  # ... defers them to a relaunch of the head of the ranking at the end
+
+    @classmethod
+    def of(cls, accuracy: bool, every_trial: bool, at_end: bool) -> GatePolicy:
+        if not accuracy:
+            return cls.NO_ACCURACY
+        if every_trial:
+            return cls.EVERY_TRIAL
+        return cls.AT_END if at_end else cls.AT_ONCE
+
+    @property
+    def accuracy(self) -> bool:
+        return self is not GatePolicy.NO_ACCURACY
+
+    @property
+    def skips_dominated(self) -> bool:
+        return self in (GatePolicy.AT_ONCE, GatePolicy.AT_END)
+
+
 class SearchSpace(Strict):
     """A search_spaces/*.yaml file: what to tune, on what, measured how."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.models import GatePolicy
 from autotune.study.confirm import decode_only
 from autotune.study.deferred import gates_relaunch_context
 from autotune.commands.setup import prepare
@@ -33,12 +34,12 @@ def ctx(tmp_path: Path):
 def test_a_confirmation_relaunch_measures_only_the_objective(ctx):
     work = decode_only(ctx).space.workload
     assert (work.prefill_tokens, work.decode_context_tokens, work.concurrency) == ([], [], [1])
-    assert work.repeats == 3 and not decode_only(ctx).accuracy  # its sample pools with the trials' three-pass ones
+    assert work.repeats == 3 and decode_only(ctx).gates is GatePolicy.NO_ACCURACY  # its sample pools with the trials' three-pass ones
 
 
 def test_the_gates_relaunch_measures_the_objective_once_and_the_gates(ctx):
     relaunch = gates_relaunch_context(ctx)
     work = relaunch.space.workload
     assert (work.prefill_tokens, work.decode_context_tokens, work.concurrency, work.repeats) == ([], [], [1], 1)
-    assert relaunch.accuracy
+    assert relaunch.gates is ctx.gates is GatePolicy.AT_END  # llama.cpp's default
     assert ctx.space.workload.decode_context_tokens == [4096]  # the study's own context is not changed
