@@ -21,6 +21,7 @@ from autotune.output.terminal import ProgressLine, RichReporter
 from autotune.commands.setup import prepare
 from autotune.space.candidates import baseline, load_space
 from autotune.store import Store
+from stand_in import tiny_llamacpp_space
 
 
 class FakeClock:
@@ -141,11 +142,7 @@ knobs:
 
 @pytest.fixture
 def space_file(tmp_path: Path) -> Path:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    path = tmp_path / "space.yaml"
-    path.write_text(SPACE.format(model=model))
-    return path
+    return tiny_llamacpp_space(tmp_path, SPACE)
 
 
 def _plan(space_file: Path, db: Path, study: str = "f", gates_at_end: bool | None = None):

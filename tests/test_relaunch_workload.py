@@ -13,19 +13,17 @@ from autotune.models import GatePolicy
 from autotune.study.confirm import decode_only
 from autotune.study.deferred import gates_relaunch_context
 from autotune.commands.setup import prepare
+from stand_in import tiny_llamacpp_space
 
 
 @pytest.fixture
 def ctx(tmp_path: Path):
-    space = tmp_path / "s.yaml"
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space.write_text(
+    space = tiny_llamacpp_space(tmp_path, (
         "name: relaunch-workload\nengine: llamacpp\n"
-        f"model: {{name: m, path: {model}, context_max: 8192}}\n"
-        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
-        "workload: {prefill_tokens: [1024], decode_context_tokens: [4096], concurrency: [1, 8], repeats: 3}\n"
-    )
+        "model: {{name: m, path: {model}, context_max: 8192}}\n"
+        "knobs:\n  - {{name: n_threads, values: [1, 2], default: 1}}\n"
+        "workload: {{prefill_tokens: [1024], decode_context_tokens: [4096], concurrency: [1, 8], repeats: 3}}\n"
+    ))
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
                    nodes=1, accuracy=True, logs_dir=tmp_path, dry_run=True)
     return plan.ctx
