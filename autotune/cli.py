@@ -180,6 +180,8 @@ def search(
         launcher=launcher,
         boxes=boxes,
         parallel=parallel,
+        every_trial=gate_every_trial,
+        gates_at_end=gates_at_end,
     )
     unchecked = plan.choices.note() if plan.choices else None
     if unchecked:
@@ -200,15 +202,12 @@ def search(
             confirm_rounds=confirm_rounds,
             noise_relaunches=noise_relaunches,
             qeval_reference=qeval_reference,
-            skip_dominated=not gate_every_trial,
-            gates_at_end=gates_at_end,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
             reporter=reporter,
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
             on_owned=lambda: reporter.study_planned(
-                search_command.forecast(plan, trials, confirm_rounds, False if gate_every_trial else gates_at_end,
-                                        noise_relaunches)
+                search_command.forecast(plan, trials, confirm_rounds, noise_relaunches)
             ),
         )
     finally:

@@ -602,6 +602,32 @@ class Gates(Strict):
         return limits
 
 
+class GatePolicy(str, Enum):
+    """When a study runs its accuracy gates (needle, qeval): resolved once from the command line and
+    the engine's default (`GatePolicy.of`), read by the Tuner, the trial and the forecast."""
+
+    NO_ACCURACY = "no accuracy"  # --no-accuracy: throughput only
+    EVERY_TRIAL = "every trial"  # --gate-every-trial: also trials whose score cannot rank first
+    AT_ONCE = "at once"  # a trial that may rank first runs its gates in its own launch; the rest are dominated
+    AT_END = "at end"  # ... defers them to a relaunch of the head of the ranking at the end
+
+    @classmethod
+    def of(cls, accuracy: bool, every_trial: bool, at_end: bool) -> GatePolicy:
+        if not accuracy:
+            return cls.NO_ACCURACY
+        if every_trial:
+            return cls.EVERY_TRIAL
+        return cls.AT_END if at_end else cls.AT_ONCE
+
+    @property
+    def accuracy(self) -> bool:
+        return self is not GatePolicy.NO_ACCURACY
+
+    @property
+    def skips_dominated(self) -> bool:
+        return self in (GatePolicy.AT_ONCE, GatePolicy.AT_END)
+
+
 class SearchSpace(Strict):
     """A search_spaces/*.yaml file: what to tune, on what, measured how."""
 
@@ -1562,11 +1588,14 @@ class Confirmation(Record):
     @model_validator(mode="before")
     @classmethod
     def _status_of_older_rows(cls, data: Any) -> Any:
-        # a confirmation stored before `status` existed said it only in its sentence
+        # a confirmation stored before `status` existed: its status from the numbers it was judged on.
+        # Each round relaunched each arm once, a failed relaunch left no sample (no winner); with
+        # none failed, fewer than 2 launches of an arm was not confirmed, once the t test (alpha) judged
         if isinstance(data, dict) and "status" not in data and "winner" in data:
-            words = str(data.get("verdict", ""))
+            launches = min(len(data.get("best_samples", [])), len(data.get("baseline_samples", [])))
+            too_few = "alpha" in data and data.get("rounds", 0) <= launches < 2
             data = {**data, "status": VerdictStatus.WINNER if data["winner"] else
-                    VerdictStatus.NOT_CONFIRMED if words.startswith("not confirmed") else VerdictStatus.NO_WINNER}
+                    VerdictStatus.NOT_CONFIRMED if too_few else VerdictStatus.NO_WINNER}
         return data
 
 

@@ -121,10 +121,11 @@ def next_launch_guess_s(took: list[float], earlier_warm: list[float] | None = No
 
 
 def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> SearchPlan:
-    """The study plan `measure` runs (and `restore` rebuilds) under `name`."""
+    """The study plan `measure` runs (and `restore` rebuilds) under `name`: every candidate takes its
+    gates, since the table needs them and a study's "cannot rank first" does not apply."""
     plan = prepare(
         space_name=args.space, model_path=args.model, db_path=args.db, study=name, hardware=args.hardware,
-        nodes=None, accuracy=accuracy, logs_dir=args.logs,
+        nodes=None, accuracy=accuracy, logs_dir=args.logs, every_trial=True,
     )
     return plan.model_copy(update={"first": first})
 
@@ -161,8 +162,7 @@ def measure(args: argparse.Namespace) -> None:
                 print(f"stopped: time budget ({args.time_budget} min; a launch takes ~{guess:.0f} s here); "
                       "run the same command to go on", flush=True)
                 return
-            # every candidate takes its gates: the table needs them, a study's "cannot rank first" does not apply
-            outcome = search.run(plan, trials=launched + len(missing), seed=0, noise_relaunches=0, skip_dominated=False)
+            outcome = search.run(plan, trials=launched + len(missing), seed=0, noise_relaunches=0)
             took.append(time.monotonic() - t0)
             last = outcome.trials[-1] if outcome.trials else None
             status = f"{last.status} {last.objective or last.reason or ''}" if last else "-"

@@ -60,7 +60,7 @@ from autotune.bench.throughput import objective_value
 from autotune.gates.dominated import DominatedCheck
 from autotune.engines import get_engine
 from autotune.hardware.profiles import resolve_hardware
-from autotune.models import Candidate, FailureInfo, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
+from autotune.models import Candidate, FailureInfo, GatePolicy, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
 from autotune.verdict.noise import pooled
 from autotune.planner.roofline import estimate, fits_check
 from autotune.gates.score import evaluate_gates
@@ -303,7 +303,7 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
 
 def replay_one(
     table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False,
-    skip_dominated: bool = True, gates_at_end: bool | None = None, held_out: bool = False,
+    gates: GatePolicy | None = None, held_out: bool = False,
 ) -> Replay:
     space = table.space
     if strategy == "autotune-median":  # the default, ranking by the median objective (no within-launch penalty)
@@ -318,20 +318,20 @@ def replay_one(
     store.save_study(name, space, table.hardware.name, 1, host_key, accuracy=True)
     if host_noise:
         seed_host_noise(table, store, host_key)
-    ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir)
+    # every strategy gates as `autotune search` would on this engine unless told otherwise
+    gates = GatePolicy.of(True, False, engine.gates_at_end) if gates is None else gates
+    if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
+        gates = GatePolicy.EVERY_TRIAL
+    if strategy == "autotune-gates-at-once" and gates is GatePolicy.AT_END:  # an incumbent's gates in its own launch
+        gates = GatePolicy.AT_ONCE
+    ctx = TrialContext(study=name, space=space, model=space.model, engine=engine, logs_dir=workdir, gates=gates)
     pruner = Pruner([rules, layout, needle_check(space, True), probes_check([]), fits_check(space, table.hardware, 1)])
 
-    # every strategy gates as `autotune search` would on this engine unless told otherwise
-    options: dict = {"skip_dominated": skip_dominated,
-                     "gates_at_end": engine.gates_at_end if gates_at_end is None else gates_at_end}
+    options: dict = {}
     if strategy in ("autotune", "autotune-median", "autotune-gate-all", "autotune-gates-at-once",
                     "autotune-no-classes"):  # what `autotune search` gives its Tuner
         options |= {"order": planner_order(space, table.hardware, 1),
                     "predict": lambda c: estimate(space, c, table.hardware, 1).predicted()}
-        if strategy == "autotune-gate-all":  # the default, but every launch takes its gates
-            options["skip_dominated"] = False
-        if strategy == "autotune-gates-at-once":  # the default, but an incumbent's gates run in its own launch
-            options["gates_at_end"] = False
         if strategy == "autotune-no-classes":  # the default before issue 28: no numerics class learned or gated early
             options["learn_accuracy_classes"] = False
     elif strategy == "autotune-plain-prior":  # the default before issue 12: planner order without tie bands

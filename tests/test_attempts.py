@@ -25,6 +25,7 @@ from autotune.models import Candidate, TrialResult
 from autotune.store import Store
 from gemma_space import SHORT_WORKLOAD
 from procs import engine_pids
+from stand_in import tiny_llamacpp_space
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,13 +56,7 @@ def test_resume_marks_what_a_killed_process_left_running(tmp_path, capsys):
     from autotune.commands.setup import prepare
     from autotune.study.tuner import STATUS_ATTR, Tuner
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        f"name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
-        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
-    )
+    space = tiny_llamacpp_space(tmp_path)
     db = tmp_path / "runs.db"
     plan = prepare(space_name=str(space), model_path=None, db_path=db, study="s", hardware="cpu", nodes=1,
                    accuracy=False, logs_dir=tmp_path)

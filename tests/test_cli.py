@@ -9,6 +9,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.space.candidates import load_space
+from stand_in import placeholder_gguf
 
 GOOD = """
 name: tiny
@@ -45,10 +46,8 @@ def run(capsys, *args: str) -> tuple[int, str]:
 
 
 def space_file(tmp_path: Path, text: str) -> str:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
     path = tmp_path / "space.yaml"
-    path.write_text(text.replace("MODEL", str(model)))
+    path.write_text(text.replace("MODEL", str(placeholder_gguf(tmp_path))))
     return str(path)
 
 

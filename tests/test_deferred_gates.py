@@ -9,6 +9,9 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
+
+from autotune.models import GatePolicy
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,9 +31,9 @@ def _table(sq, data: dict):
 def test_only_the_reference_and_the_final_best_run_their_gates_and_the_pick_is_gating_every_trial_s(sq, tmp_path):
     table = _table(sq, json.loads(TINY.read_text()))
     budget = len(table.grid)
-    every = sq.replay_one(table, "grid", 0, budget, tmp_path / "every", skip_dominated=False)
-    at_once = sq.replay_one(table, "grid", 0, budget, tmp_path / "once", gates_at_end=False)
-    at_end = sq.replay_one(table, "grid", 0, budget, tmp_path / "end", gates_at_end=True)
+    every = sq.replay_one(table, "grid", 0, budget, tmp_path / "every", gates=GatePolicy.EVERY_TRIAL)
+    at_once = sq.replay_one(table, "grid", 0, budget, tmp_path / "once", gates=GatePolicy.AT_ONCE)
+    at_end = sq.replay_one(table, "grid", 0, budget, tmp_path / "end", gates=GatePolicy.AT_END)
     assert at_end.pick == at_once.pick == every.pick
     assert at_end.launches == every.launches  # the relaunch is not one of the study's trials
     trials = _trials(tmp_path / "end", budget)
@@ -58,7 +61,7 @@ def test_a_head_that_fails_its_deferred_gates_hands_the_pick_down_the_ranking(sq
     data = json.loads(TINY.read_text())
     table = _table(sq, data)
     budget = len(table.grid)
-    first = sq.replay_one(table, "grid", 0, budget, tmp_path / "first", gates_at_end=True)
+    first = sq.replay_one(table, "grid", 0, budget, tmp_path / "first", gates=GatePolicy.AT_END)
     top = next(e for e in data["candidates"] if sq.Candidate.model_validate(
         {"engine": table.space.engine, "params": e["params"], "env": e["env"]}).label() == first.pick)
     broken = copy.deepcopy(data)
@@ -66,8 +69,8 @@ def test_a_head_that_fails_its_deferred_gates_hands_the_pick_down_the_ranking(sq
     for case in needle["cases"]:
         case["passed"] = False
     worse = _table(sq, broken)
-    every = sq.replay_one(worse, "grid", 0, budget, tmp_path / "every", skip_dominated=False)
-    at_end = sq.replay_one(worse, "grid", 0, budget, tmp_path / "end", gates_at_end=True)
+    every = sq.replay_one(worse, "grid", 0, budget, tmp_path / "every", gates=GatePolicy.EVERY_TRIAL)
+    at_end = sq.replay_one(worse, "grid", 0, budget, tmp_path / "end", gates=GatePolicy.AT_END)
     assert every.pick != first.pick and at_end.pick == every.pick
     trials = _trials(tmp_path / "end", budget)
     failed = [t for t in trials if t.accuracy_relaunched and any(g.status == "fail" for g in t.gates)]
@@ -79,6 +82,34 @@ def test_engines_choose_by_what_a_relaunch_costs():
 
     assert get_engine("llamacpp").gates_at_end is True  # a relaunch takes ~2 s
     assert get_engine("vllm").gates_at_end is False  # a launch takes minutes
+
+
+POLICIES = [
+    ("llamacpp-gemma3-270m", [], GatePolicy.AT_END),  # llama.cpp's default: a relaunch takes seconds
+    ("vllm-gemma3-270m", [], GatePolicy.AT_ONCE),  # vLLM's: a launch takes minutes
+    ("vllm-gemma3-270m", ["--gates-at-end"], GatePolicy.AT_END),
+    ("llamacpp-gemma3-270m", ["--gates-at-once"], GatePolicy.AT_ONCE),
+    ("llamacpp-gemma3-270m", ["--gate-every-trial"], GatePolicy.EVERY_TRIAL),
+    ("llamacpp-gemma3-270m", ["--gate-every-trial", "--gates-at-end"], GatePolicy.EVERY_TRIAL),
+    ("llamacpp-gemma3-270m", ["--no-accuracy", "--gate-every-trial"], GatePolicy.NO_ACCURACY),
+    ("vllm-gemma3-270m", ["--no-accuracy", "--gates-at-end"], GatePolicy.NO_ACCURACY),
+]
+
+
+@pytest.mark.parametrize(("space", "flags", "policy"), POLICIES)
+def test_the_gate_policy_is_one_value_resolved_from_the_flags_and_the_engine_default(space, flags, policy, monkeypatch,
+                                                                                       capsys):
+    """`search`'s three flags and the engine's default become one GatePolicy in the plan, which the
+    Tuner, the trial and the forecast read."""
+    from autotune.cli import main
+    from autotune.commands import setup
+
+    made = []
+    real = setup.prepare
+    monkeypatch.setattr(setup, "prepare", lambda **kw: made.append(real(**kw)) or made[-1])
+    assert main(["search", "--space", space, "--dry-run", *flags]) == 0
+    capsys.readouterr()
+    assert [p.ctx.gates for p in made] == [policy]
 
 
 def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():
@@ -113,7 +144,7 @@ def test_a_reference_still_at_the_head_is_relaunched_for_its_needle(sq, tmp_path
     """Nothing beat the baseline: it is the pick only once its deferred needle ran and passed, in a
     relaunch at the end; until then it is unchecked, never a pass."""
     table = _table(sq, json.loads(TINY.read_text()))
-    alone = sq.replay_one(table, "grid", 0, 1, tmp_path / "alone", gates_at_end=True)
+    alone = sq.replay_one(table, "grid", 0, 1, tmp_path / "alone", gates=GatePolicy.AT_END)
     [base] = _trials(tmp_path / "alone", 1)
     assert base.number == 0 and alone.relaunches == 1
     assert base.accuracy_relaunched and base.needle is not None and base.deferred is None and base.feasible
@@ -128,6 +159,6 @@ def test_with_numerics_neutral_knobs_the_reference_runs_its_needle_at_once_to_le
         if knob["name"] == "n_threads":
             knob["numerics_neutral"] = True
     table = _table(sq, data)
-    sq.replay_one(table, "grid", 0, len(table.grid), tmp_path / "neutral", gates_at_end=True)
+    sq.replay_one(table, "grid", 0, len(table.grid), tmp_path / "neutral", gates=GatePolicy.AT_END)
     reference = _trials(tmp_path / "neutral", len(table.grid))[0]
     assert reference.needle is not None and reference.qeval is not None and not reference.deferred

@@ -120,20 +120,16 @@ def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(gt, fake, tmp
     assert [t.status for t in Store(db).trials("fake-dummy-launch1")] == ["ok", "ok"]
 
 
-def test_ground_truth_gates_every_candidate_it_measures(gt, fake, tmp_path, monkeypatch):
+def test_ground_truth_gates_every_candidate_it_measures(gt, fake, tmp_path):
     """The table needs every accuracy trial's needle and qeval, so the ground truth must not skip
-    the gates of candidates slower than the incumbent, as a study does."""
-    calls: list[dict] = []
-    real_run = gt.search.run
+    the gates of candidates slower than the incumbent, as a study does (vLLM's default)."""
+    from argparse import Namespace
 
-    def recording_run(plan, **kwargs):
-        calls.append(kwargs)
-        return real_run(plan, **kwargs)
+    from autotune.models import GatePolicy
 
-    monkeypatch.setattr(gt.search, "run", recording_run)
-    gt.main(["measure", "--space", str(fake()), "--db", str(tmp_path / "gt.db"), "--logs", str(tmp_path / "logs"),
-             "--launches", "1", "--no-accuracy", "--hardware", "h200"])
-    assert calls and all(c.get("skip_dominated") is False for c in calls)
+    args = Namespace(space=str(fake()), model=None, db=tmp_path / "gt.db", hardware="h200", logs=tmp_path / "logs")
+    assert gt.plan_for(args, "fake-dummy-accuracy", True, []).ctx.gates is GatePolicy.EVERY_TRIAL
+    assert gt.plan_for(args, "fake-dummy-launch1", False, []).ctx.gates is GatePolicy.NO_ACCURACY
 
 
 def test_ground_truth_export_names_the_measuring_machine_not_the_exporting_one(gt, fake, tmp_path):

@@ -31,6 +31,7 @@ from autotune.store import Store
 from autotune.verdict.gpu_state import study_usual_clock, trial_flags
 from fakes import nvml as fake_nvml
 from fakes.nvml import FakeGpu, throttled_gpu
+from stand_in import placeholder_gguf
 
 WINDOW_S = 0.3
 
@@ -237,8 +238,7 @@ def test_tokens_per_joule_is_an_objective_of_one_workload():
 def test_a_bad_energy_gate_exits_2_before_runs_db_opens(tmp_path, capsys):
     from autotune.cli import main
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
+    model = placeholder_gguf(tmp_path)
     path = tmp_path / "bad.yaml"
     db = tmp_path / "runs.db"
     for bad, words in (({"gates": {"max_power_w": -5}}, "max_power_w"),
@@ -312,8 +312,7 @@ def test_an_energy_objective_on_a_host_without_energy_exits_3_before_runs_db_ope
 
     pytest.importorskip("llama_cpp", reason="pip install -e '.[llamacpp]'")
     fake_nvml.no_nvml(monkeypatch)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
+    model = placeholder_gguf(tmp_path)
     path = tmp_path / "energy.yaml"
     path.write_text(yaml.safe_dump({"name": "e", "engine": "llamacpp", "model": {"name": "m", "path": str(model)},
                                     "knobs": [], "objective": objective}))

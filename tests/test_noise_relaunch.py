@@ -10,13 +10,9 @@ import functools
 import pytest
 
 from autotune.models import Candidate, TrialResult
-from stand_in import stand_in_plan
+from stand_in import TINY_LLAMACPP, stand_in_plan
 
-SPACE = (
-    "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
-    "knobs:\n  - {{name: n_threads, values: [1, 2], default: 1}}\n"
-    "gates: {{needle: null, qeval: null}}\n"
-)
+SPACE = TINY_LLAMACPP + "gates: {{needle: null, qeval: null}}\n"
 
 
 def _measured(candidate: Candidate) -> float:

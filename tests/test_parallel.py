@@ -20,6 +20,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.models import Candidate, FailureInfo, TrialResult, utc_now_ms
 from autotune.study.leases import BoxPool, check_parallel, parallel_default
+from stand_in import stand_in_plan, tiny_llamacpp_space
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -48,8 +49,6 @@ def overlaps(a: TrialResult, b: TrialResult) -> bool:
 
 def plan_of(tmp_path, tries: list[str] | None = None):
     pytest.importorskip("llama_cpp")
-    from stand_in import stand_in_plan
-
     return stand_in_plan(tmp_path, SPACE, accuracy=False, tries=tries)
 
 
@@ -205,10 +204,7 @@ def test_boxes_set_the_default_in_flight_and_refuse_more(tmp_path) -> None:
     pytest.importorskip("llama_cpp")
     from autotune.commands.setup import prepare
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(SPACE.format(model=model))
+    space = tiny_llamacpp_space(tmp_path, SPACE)
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
                    nodes=1, accuracy=False, logs_dir=tmp_path, boxes=3)
     assert (plan.boxes, plan.parallel) == (3, 3)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from autotune.models import Candidate, RequestResult, TrialResult
+from autotune.models import Candidate, GatePolicy, RequestResult, TrialResult
 from autotune.trial.requests import CountingClient, RequestProgress
 from autotune.study.forecast import eta_s, fmt_duration
 from autotune.trial.phases import Phase, Step
@@ -21,6 +21,7 @@ from autotune.output.terminal import ProgressLine, RichReporter
 from autotune.commands.setup import prepare
 from autotune.space.candidates import baseline, load_space
 from autotune.store import Store
+from stand_in import tiny_llamacpp_space
 
 
 class FakeClock:
@@ -141,16 +142,16 @@ knobs:
 
 @pytest.fixture
 def space_file(tmp_path: Path) -> Path:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    path = tmp_path / "space.yaml"
-    path.write_text(SPACE.format(model=model))
-    return path
+    return tiny_llamacpp_space(tmp_path, SPACE)
 
 
-def _plan(space_file: Path, db: Path, study: str = "f"):
+def _plan(space_file: Path, db: Path, study: str = "f", gates_at_end: bool | None = None):
     return prepare(space_name=str(space_file), model_path=None, db_path=db, study=study, hardware="cpu", nodes=1,
-                   accuracy=True, logs_dir=Path("logs"), dry_run=True)
+                   accuracy=True, logs_dir=Path("logs"), dry_run=True, gates_at_end=gates_at_end)
+
+
+def _gated(plan, gates: GatePolicy):
+    return plan.model_copy(update={"ctx": plan.ctx.model_copy(update={"gates": gates})})
 
 
 def test_forecast_before_anything_ran_is_a_labelled_guess(space_file, tmp_path):
@@ -188,7 +189,7 @@ def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
 def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_path):
     console = Console(record=True, width=200, force_terminal=False)
     reporter = RichReporter(console, log_dir=tmp_path)
-    fc = forecast(_plan(space_file, tmp_path / "runs.db"), trials=3, confirm_rounds=1, gates_at_end=False)
+    fc = forecast(_plan(space_file, tmp_path / "runs.db", gates_at_end=False), trials=3, confirm_rounds=1)
     reporter.study_planned(fc)
     cand = Candidate(engine="llamacpp", params={"n_threads": 1})
     for number, seconds in enumerate([100.0, 140.0]):
@@ -327,16 +328,15 @@ def test_the_forecast_prices_the_gates_only_where_they_run(space_file, tmp_path)
     guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
     plain = workload_guess_s(plan.space, False, guess.decode_tps, guess.prefill_tps)
     gated = workload_guess_s(plan.space, True, guess.decode_tps, guess.prefill_tps)
-    at_end = forecast(plan, trials=5, confirm_rounds=2, gates_at_end=True)
+    at_end = forecast(_gated(plan, GatePolicy.AT_END), trials=5, confirm_rounds=2)
     assert at_end.trial_s == pytest.approx(plain) and at_end.gates_s == pytest.approx(gated - plain)
     assert (at_end.gated, at_end.relaunches, at_end.launches) == (2, 1, 5 + 1 + 4)
     assert at_end.total_s == pytest.approx(plain * 10 + (gated - plain) * 2)
-    at_once = forecast(plan, trials=5, confirm_rounds=2, gates_at_end=False)
+    at_once = forecast(_gated(plan, GatePolicy.AT_ONCE), trials=5, confirm_rounds=2)
     assert (at_once.gated, at_once.relaunches, at_once.launches) == (5, 0, 9)  # at most: dominated ones skip
     assert at_once.total_s == pytest.approx(plain * 9 + (gated - plain) * 5)
     assert forecast(plan, trials=5, confirm_rounds=2).gated == 2  # llama.cpp gates at the end by default
-    no_gates = plan.model_copy(update={"ctx": plan.ctx.model_copy(update={"accuracy": False})})
-    assert forecast(no_gates, trials=5, confirm_rounds=0).gated == 0
+    assert forecast(_gated(plan, GatePolicy.NO_ACCURACY), trials=5, confirm_rounds=0).gated == 0
 
 
 def test_a_measured_forecast_takes_the_gates_out_of_the_trial_time(space_file, tmp_path):
@@ -349,7 +349,7 @@ def test_a_measured_forecast_takes_the_gates_out_of_the_trial_time(space_file, t
         params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": 1, "type_v": "f16", "n_batch": 512 - number}
         store.save_trial(TrialResult(study="earlier", number=number, candidate=Candidate(engine="llamacpp", params=params),
                                      status="ok", duration_s=seconds, phase_s={"decode": 50.0, **phases}))
-    fc = forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0, gates_at_end=True)
+    fc = forecast(_plan(space_file, db, "new", gates_at_end=True), trials=4, confirm_rounds=0)
     assert fc.trial_s == 100.0 and fc.gates_s == 200.0  # median of 100, 300 - 200, 200; the one gated trial's gates
     assert fc.total_s == pytest.approx(100.0 * 5 + 200.0 * 2)
     # resumed with the reference already gated: only the final best's relaunch runs them
@@ -358,7 +358,7 @@ def test_a_measured_forecast_takes_the_gates_out_of_the_trial_time(space_file, t
     params = {"chat_format": "gemma", "n_ctx": 2048, "n_threads": 1, "type_v": "f16", "n_batch": 512}
     store.save_trial(TrialResult(study="new", number=0, candidate=Candidate(engine="llamacpp", params=params),
                                  status="ok", duration_s=300.0, phase_s=gates))
-    assert forecast(_plan(space_file, db, "new"), trials=4, confirm_rounds=0, gates_at_end=True).gated == 1
+    assert forecast(_plan(space_file, db, "new", gates_at_end=True), trials=4, confirm_rounds=0).gated == 1
 
 
 def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path):
@@ -383,7 +383,7 @@ def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path)
 
 
 def test_the_forecast_counts_the_noise_relaunches_the_confirmation_does_not_give(space_file, tmp_path):
-    plan = _plan(space_file, tmp_path / "runs.db")
-    assert forecast(plan, trials=3, confirm_rounds=0, gates_at_end=False, noise_relaunches=1).launches == 3 + 1
-    assert forecast(plan, trials=3, confirm_rounds=2, gates_at_end=False, noise_relaunches=1).launches == 3 + 4
-    assert forecast(plan, trials=3, confirm_rounds=1, gates_at_end=False, noise_relaunches=3).launches == 3 + 2 + 2
+    plan = _plan(space_file, tmp_path / "runs.db", gates_at_end=False)
+    assert forecast(plan, trials=3, confirm_rounds=0, noise_relaunches=1).launches == 3 + 1
+    assert forecast(plan, trials=3, confirm_rounds=2, noise_relaunches=1).launches == 3 + 4
+    assert forecast(plan, trials=3, confirm_rounds=1, noise_relaunches=3).launches == 3 + 2 + 2

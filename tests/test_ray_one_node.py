@@ -19,6 +19,7 @@ from autotune.cli import main
 from autotune.launchers.cluster import host_ip
 from autotune.store import Store
 from test_launcher_ray import processes_mentioning
+from stand_in import tiny_llamacpp_space
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
 
@@ -83,13 +84,7 @@ def test_one_node_ray_cluster_runs_vllm_on_the_ray_executor(fake_space, tmp_path
 
 def test_a_launch_the_ray_launcher_cannot_run_is_refused_before_runs_db(tmp_path, capsys):
     # llama.cpp has no distributed executor: the Ray launcher cannot run it, whatever --nodes says
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        f"name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
-        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
-    )
+    space = tiny_llamacpp_space(tmp_path)
     db = tmp_path / "runs.db"
     code = main(["search", "--space", str(space), "--db", str(db), "--trials", "1", "--launcher", "ray", "--nodes", "1"])
     out = capsys.readouterr()

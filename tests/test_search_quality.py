@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.models import GatePolicy
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "replay-tiny.json"
 
@@ -112,10 +114,10 @@ def test_candidates_that_cannot_rank_first_skip_their_gates_and_the_pick_stays(s
     from autotune.store import Store
 
     budget = len(table.grid)
-    every = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "every", skip_dominated=False)
-    fresh = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "fresh", gates_at_end=False)
+    every = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "every", gates=GatePolicy.EVERY_TRIAL)
+    fresh = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "fresh", gates=GatePolicy.AT_ONCE)
     known = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "noise", host_noise=True,
-                          gates_at_end=False)
+                          gates=GatePolicy.AT_ONCE)
     ok = [t for t in Store(tmp_path / "every" / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
     assert every.dominated == 0 and every.gated == len(ok) > 1
     # a fresh host knows no launch noise, yet a score below the incumbent's can never rank first
@@ -140,7 +142,7 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
     neutral.launched_failure_implicates()
     budget = len(table.grid)
     # every launch takes its gates here, so each n_threads=1 sibling is a donor
-    run = sq.replay_one(neutral, "grid", seed=0, budget=budget, workdir=tmp_path, skip_dominated=False)
+    run = sq.replay_one(neutral, "grid", seed=0, budget=budget, workdir=tmp_path, gates=GatePolicy.EVERY_TRIAL)
     trials = [t for t in Store(tmp_path / f"grid-0-{budget}.db").trials(f"replay-grid-0-{budget}") if t.status == "ok"]
     by_number = {t.number: t for t in trials}
     reused = [t for t in trials if t.accuracy_from is not None]
@@ -153,7 +155,8 @@ def test_a_numerics_neutral_knob_reuses_the_accuracy_of_a_measured_sibling(sq, t
         assert t.qeval == donor.qeval
     assert all("reused from trial" in g.detail for t in reused for g in t.gates)
     assert trials[0].accuracy_from is None  # the reference measures its own
-    assert run.launches == sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b", skip_dominated=False).launches
+    every = sq.replay_one(table, "grid", seed=0, budget=budget, workdir=tmp_path / "b", gates=GatePolicy.EVERY_TRIAL)
+    assert run.launches == every.launches
 
 
 H200 = ROOT / "benchmarks" / "data" / "gt-vllm-minimax-h200.json"

@@ -11,6 +11,7 @@ import pytest
 
 from autotune.models import Candidate, FailureInfo, TrialResult
 from autotune.trial.run import TrialContext
+from stand_in import tiny_llamacpp_space
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -24,10 +25,7 @@ def _tuner(tmp_path, launch: Callable[..., TrialResult], trials: int):
     from autotune.commands.setup import prepare
     from autotune.study.tuner import SilentReporter, Tuner
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(SPACE.format(model=model))
+    space = tiny_llamacpp_space(tmp_path, SPACE)
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
                    nodes=1, accuracy=False, logs_dir=tmp_path)
     return Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=trials, reporter=SilentReporter(), launch=launch)

@@ -21,6 +21,7 @@ from autotune.cli import main
 from autotune.errors import StudyBusy
 from autotune.store import Store
 from autotune.study.lock import StudyLock, owner_of
+from stand_in import tiny_llamacpp_space
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,14 +59,7 @@ def hold(db: Path, study: str, seconds: float) -> subprocess.Popen:
 
 
 def space_file(tmp_path: Path) -> str:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        f"name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
-        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
-    )
-    return str(path)
+    return str(tiny_llamacpp_space(tmp_path))
 
 
 def test_second_search_on_a_busy_study_is_refused_naming_the_owner(tmp_path, capsys):

@@ -323,3 +323,75 @@ def test_a_confirmation_status_is_decided_with_the_verdict_not_read_from_its_wor
     assert early.model_copy(update={"verdict": "reworded"}).status is VerdictStatus.NOT_CONFIRMED
     stored = Confirmation.model_validate_json(early.model_dump_json())
     assert stored.status is VerdictStatus.NOT_CONFIRMED and '"status":"not confirmed"' in early.model_dump_json()
+
+
+def test_a_confirmation_stored_before_its_status_field_is_read_from_its_numbers_not_its_wording():
+    """A row written before `status` existed: not confirmed when an arm has fewer than two launches
+    and no relaunch failed (every round gave both arms a sample); a failed relaunch is no winner, and
+    so is a row of the first confirmations (no alpha: no minimum of launches yet).
+    Its sentence is reworded here: the status must not move (before: `startswith("not confirmed")`)."""
+    from autotune.models import VerdictStatus
+
+    def older(rounds: int, best: list[float], base: list[float], winner: bool = False, t_test: bool = True) -> Confirmation:
+        return Confirmation.model_validate({
+            "study": "s", "best_trial": 1, "baseline_trial": 0, "rounds": rounds, "best_samples": best,
+            "baseline_samples": base, "ratio": 1.0, "noise": 0.0, "winner": winner, "verdict": "reworded",
+            **({"noise_df": 0, "t_statistic": None, "critical": None, "alpha": 0.05} if t_test else {}),
+        })
+
+    assert older(1, [12.0], [10.0]).status is VerdictStatus.NOT_CONFIRMED
+    assert older(0, [], []).status is VerdictStatus.NOT_CONFIRMED
+    assert older(2, [12.0], [10.0, 10.1]).status is VerdictStatus.NO_WINNER  # a relaunch failed
+    assert older(2, [12.0, 12.1], [10.0, 10.1]).status is VerdictStatus.NO_WINNER
+    assert older(2, [12.0, 12.1], [10.0, 10.1], winner=True).status is VerdictStatus.WINNER
+    assert older(1, [12.0], [10.0], t_test=False).status is VerdictStatus.NO_WINNER  # no minimum then
+
+
+def test_a_trial_verdict_is_rendered_from_its_standing():
+    """The words people read, pinned; the standing beside them is what code decides on."""
+    from autotune.gates.score import Standing, standing
+
+    trials = {
+        "ok": _trial(1, 10.0).model_copy(update={"gates": [GateOutcome(gate="needle", status="pass", detail="d")]}),
+        "unchecked": _trial(2, 10.0).model_copy(update={"gates": [GateOutcome(gate="qeval", status="unchecked",
+                                                                              detail="no reference")]}),
+        "rejected": _trial(3, 10.0).model_copy(update={"gates": [GateOutcome(gate="needle", status="fail",
+                                                                             detail="missed 1/1")]}),
+        "dominated": _trial(4, 10.0).model_copy(update={"dominated": "x0.5"}),
+        "deferred": _trial(5, 10.0).model_copy(update={"deferred": "the head of the ranking runs them"}),
+        "skipped": _trial(6, 0.0).model_copy(update={"status": "skipped", "reason": "pruned"}),
+        "crashed": _trial(7, 0.0).model_copy(update={"status": "crashed", "reason": "lost"}),
+        "failed": _trial(8, 0.0).model_copy(update={"status": "failed", "reason": "oom: out of memory"}),
+    }
+    assert {name: verdict(t) for name, t in trials.items()} == {
+        "ok": "ok",
+        "unchecked": "unchecked: qeval gate (no reference)",
+        "rejected": "rejected: needle gate (missed 1/1)",
+        "dominated": "dominated: x0.5",
+        "deferred": "gates deferred, not run: the head of the ranking runs them",
+        "skipped": "skipped: pruned",
+        "crashed": "crashed: lost",
+        "failed": "failed (failed): oom: out of memory",
+    }
+    assert {name: standing(t) for name, t in trials.items()} == {
+        "ok": Standing.OK, "unchecked": Standing.UNCHECKED, "rejected": Standing.REJECTED,
+        "dominated": Standing.DOMINATED, "deferred": Standing.DEFERRED, "skipped": Standing.SKIPPED,
+        "crashed": Standing.CRASHED, "failed": Standing.FAILED,
+    }
+
+
+def test_no_winner_counts_the_unchecked_trials_by_their_standing_not_their_wording(monkeypatch):
+    """Reworded verdicts leave the count of trials with unchecked gates as it was (before: it was
+    `verdict(t).startswith("unchecked")`, so a rewording silently dropped the line)."""
+    from rich.console import Console
+
+    from autotune.output import terminal
+    from autotune.study.tuner import StudyOutcome
+
+    gated = [GateOutcome(gate="qeval", status="unchecked", detail="no reference")]
+    trials = [_trial(n, 10.0).model_copy(update={"gates": gated}) for n in (0, 1)]
+    outcome = StudyOutcome(name="s", trials=trials, ranked=[], baseline=trials[0], skipped_reasons={})
+    monkeypatch.setattr(terminal, "verdict", lambda t: "reworded: " + verdict(t))
+    console = Console(record=True, width=200)
+    terminal.print_best(console, outcome)
+    assert "2 trial(s) ran but have unchecked gates: reworded: unchecked: qeval gate (no reference)" in console.export_text()

@@ -20,6 +20,7 @@ from autotune.launchers.base import free_port
 from autotune.launchers.process import ServerProcess
 from autotune.launchers.watchdog import WatchdogLimits, read_meminfo
 from autotune.models import LaunchSpec, NodeLaunch
+from stand_in import tiny_llamacpp_space
 
 ALLOCATOR = """
 import mmap, sys, time
@@ -103,13 +104,7 @@ def test_floor_comes_from_the_hardware_profile():
 def test_search_plan_takes_the_floor_from_its_profile(tmp_path):
     from autotune.commands.setup import prepare
 
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        f"name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
-        "knobs:\n  - {name: n_threads, values: [1, 2], default: 1}\n"
-    )
+    space = tiny_llamacpp_space(tmp_path)
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study=None,
                    hardware="spark", nodes=1, accuracy=False, logs_dir=tmp_path, dry_run=True)
     assert plan.ctx.watchdog.min_available_gb >= 6.0

@@ -1,10 +1,6 @@
-"""Async OpenAI-compatible streaming client (httpx), timing every request on perf_counter.
-
-Metric definitions (README "Metrics"): t_first is the first streamed chunk carrying generated
-text; n_out comes from the engine's own count (the usage chunk, else its tokenize endpoint),
-never from the number of chunks, because speculative decoding puts several tokens in one chunk.
-A failing request becomes a RequestResult with ok=False: one bad request never ends a run.
-"""
+"""Async OpenAI-compatible streaming client (httpx), timing every request on perf_counter: what its
+times and counts mean is defined in docs/metrics.md. A failing request becomes a RequestResult
+with ok=False: one bad request never ends a run."""
 
 from __future__ import annotations
 

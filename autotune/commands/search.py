@@ -13,6 +13,7 @@ from autotune.hardware.profiles import describe
 from autotune.launchers.base import free_port
 from autotune.models import (
     ConfirmationLaunch,
+    GatePolicy,
     TrialResult,
 )
 from autotune.planner.roofline import estimate
@@ -73,8 +74,6 @@ def run(
     wait_s: float | None = None,
     on_wait: Callable[[StudyOwner], None] | None = None,
     on_owned: Callable[[], None] | None = None,
-    skip_dominated: bool = True,
-    gates_at_end: bool | None = None,
 ) -> StudyOutcome:
     """Run the study, owning it for the whole run: another process on the same study is refused
     (StudyBusy) or, with `wait_s`, waits that long for it."""
@@ -83,8 +82,7 @@ def run(
         if on_owned is not None:  # e.g. the forecast: printed once this process owns the study
             on_owned()
         return _run_owned(
-            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter, skip_dominated,
-            plan.ctx.engine.gates_at_end if gates_at_end is None else gates_at_end,
+            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter,
         )
 
 
@@ -97,8 +95,6 @@ def _run_owned(
     qeval_reference: int | None,
     time_budget_s: float | None,
     reporter: Reporter | None,
-    skip_dominated: bool = True,
-    gates_at_end: bool = False,
 ) -> StudyOutcome:
     assert plan.store is not None
     stored = plan.store.study_space(plan.study)
@@ -107,14 +103,13 @@ def _run_owned(
     host_key = plan.store.save_host(plan.host)
     plan.store.save_study(
         plan.study, plan.space, plan.hardware.name, plan.nodes, host_key, space_fingerprint(plan.space),
-        accuracy=plan.ctx.accuracy,
+        accuracy=plan.ctx.gates.accuracy,
     )
     if qeval_reference is not None:
         plan.store.set_study_reference(plan.study, qeval_reference)
     budget = TimeBudget(time_budget_s)
     with pool_of(plan) as pool:
-        return _run_on_pool(plan, pool, host_key, budget, trials, seed, confirm_rounds, noise_relaunches, reporter,
-                            skip_dominated, gates_at_end)
+        return _run_on_pool(plan, pool, host_key, budget, trials, seed, confirm_rounds, noise_relaunches, reporter)
 
 
 @contextlib.contextmanager
@@ -130,7 +125,7 @@ def pool_of(plan: SearchPlan) -> Iterator[BoxPool | None]:
 
 def _run_on_pool(
     plan: SearchPlan, pool: BoxPool | None, host_key: str, budget: TimeBudget, trials: int, seed: int,
-    confirm_rounds: int, noise_relaunches: int, reporter: Reporter | None, skip_dominated: bool, gates_at_end: bool,
+    confirm_rounds: int, noise_relaunches: int, reporter: Reporter | None,
 ) -> StudyOutcome:
     assert plan.store is not None
     tuner = Tuner(
@@ -145,8 +140,6 @@ def _run_on_pool(
         predict=lambda c: estimate(plan.space, c, plan.hardware, plan.nodes).predicted(),
         reporter=reporter,
         budget=budget,
-        skip_dominated=skip_dominated,
-        gates_at_end=gates_at_end,
         pool=pool,
         parallel=plan.parallel,
         per_trial=plan.nodes,
@@ -216,7 +209,7 @@ def _confirm(
 
 
 def forecast(
-    plan: SearchPlan, trials: int, confirm_rounds: int, gates_at_end: bool | None = None, noise_relaunches: int = 0,
+    plan: SearchPlan, trials: int, confirm_rounds: int, noise_relaunches: int = 0,
 ) -> RunForecast:
     """What a run will do before its first launch: candidates left, trials, confirmation, time.
     A launch's time is priced without its gates, and the gates where they run: with gates at the
@@ -239,14 +232,14 @@ def forecast(
             "rough guess, nothing measured here yet: the workload's requests at the planner's "
             f"{guess.decode_tps or 20:.0f} tok/s plus a ~{plan.engine.startup_guess_s:.0f} s start"
         )
-    gates = plan.ctx.accuracy and (plan.space.gates.needle is not None or plan.space.gates.qeval is not None)
+    gates = plan.ctx.gates.accuracy and (plan.space.gates.needle is not None or plan.space.gates.qeval is not None)
     gated = relaunches = 0
     gates_s: float | None = None
     if gates:
         gates_s = statistics.median(gate_runs) if gate_runs else (
             workload_guess_s(plan.space, True, guess.decode_tps, guess.prefill_tps) - plain
         )
-        if plan.engine.gates_at_end if gates_at_end is None else gates_at_end:
+        if plan.ctx.gates is GatePolicy.AT_END:
             reference_gated = any(gates_time_s(t) > 0 or t.needle or t.qeval for t in own)
             relaunches = 1
             gated = (0 if reference_gated or to_run == 0 else 1) + relaunches

@@ -31,6 +31,7 @@ from autotune.models import (
     Candidate,
     Cluster,
     DeviceIdentity,
+    GatePolicy,
     HardwareProfile,
     NcclReading,
     SearchSpace,
@@ -230,7 +231,11 @@ def prepare(
     launcher: str | None = None,
     boxes: int | None = None,
     parallel: int | None = None,
+    every_trial: bool = False,
+    gates_at_end: bool | None = None,
 ) -> SearchPlan:
+    """`accuracy`, `every_trial` and `gates_at_end` (None: the engine's default) become the plan's
+    one GatePolicy, in `plan.ctx.gates`."""
     space = load_space(space_name)
     engine = get_engine(space.engine).use_space(space)
     first = parse_tries(space, tries or [])  # a --try takes values of the space: checked with it
@@ -254,13 +259,14 @@ def prepare(
     cluster = cluster_for(cluster_file, node_count, launcher_name, profile, device, space.image, dry_run)
     check_launch(launcher_name, cluster, cluster_file=cluster_file, reach=not dry_run)
     name = study or f"{space.name}-{profile.name}-x{node_count}"
+    gates = GatePolicy.of(accuracy, every_trial, engine.gates_at_end if gates_at_end is None else gates_at_end)
     ctx = TrialContext(
         study=name,
         space=space,
         model=model,
         engine=engine,
         logs_dir=logs_dir,
-        accuracy=accuracy,
+        gates=gates,
         launcher=launcher_name,
         cluster=cluster,
         watchdog=limits_for(profile, device.memory_total_gb * GIB_IN_GB),
@@ -279,7 +285,7 @@ def prepare(
         check_same_experiment(name, stored, space)
     probes = store.probe_results(host.key()) if store else []
     pruner = Pruner(
-        [rules, layout, needle_check(space, accuracy), probes_check(probes), fits_check(space, profile, node_count),
+        [rules, layout, needle_check(space, gates.accuracy), probes_check(probes), fits_check(space, profile, node_count),
          launch_check(ctx), nccl_check(engine, ctx.nccl)]
     )
     pool = box_pool(cluster_file, boxes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from enum import Enum
 
 from autotune.bench.capacity import tied
 from autotune.models import AccuracyFailure, GateOutcome, Gates, TrialResult
@@ -187,24 +188,50 @@ def rank(trials: list[TrialResult]) -> list[TrialResult]:
     return by_score([t for t in trials if t.feasible and t.score is not None])
 
 
+class Standing(str, Enum):
+    """Where a trial stands in the final table, decided from its record (`verdict` words it)."""
+
+    SKIPPED = "skipped"
+    INTERRUPTED = "interrupted"
+    CRASHED = "crashed"
+    FAILED = "failed"
+    DOMINATED = "dominated"
+    DEFERRED = "deferred"
+    REJECTED = "rejected"
+    UNCHECKED = "unchecked"
+    OK = "ok"
+
+
+def standing(trial: TrialResult) -> Standing:
+    """The trial's place: its status when it did not run to the end, else what its gates say."""
+    if trial.status != "ok":
+        return Standing(trial.status)
+    if trial.dominated:
+        return Standing.DOMINATED
+    if trial.deferred:
+        return Standing.DEFERRED
+    if any(g.status == "fail" for g in trial.gates):
+        return Standing.REJECTED
+    if any(g.status == "unchecked" for g in trial.gates):
+        return Standing.UNCHECKED
+    return Standing.OK
+
+
 def verdict(trial: TrialResult) -> str:
     """Why a trial is where it is in the final table, in a few words."""
-    if trial.status == "skipped":
-        return f"skipped: {trial.reason}"
-    if trial.status in ("interrupted", "crashed"):
-        return f"{trial.status}: {trial.reason}"
-    if trial.status == "failed":
+    place = standing(trial)
+    if place in (Standing.SKIPPED, Standing.INTERRUPTED, Standing.CRASHED):
+        return f"{place.value}: {trial.reason}"
+    if place is Standing.FAILED:
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")
         return f"failed ({cls}): {reason}"
-    if trial.dominated:
+    if place is Standing.DOMINATED:
         return f"dominated: {trial.dominated}"
-    if trial.deferred:
+    if place is Standing.DEFERRED:
         return f"gates deferred, not run: {trial.deferred}"
-    failed = [g for g in trial.gates if g.status == "fail"]
-    if failed:
-        return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in failed)
-    missing = [g for g in trial.gates if g.status == "unchecked"]
-    if missing:
-        return "unchecked: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in missing)
+    if place is Standing.REJECTED:
+        return "rejected: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in trial.gates if g.status == "fail")
+    if place is Standing.UNCHECKED:
+        return "unchecked: " + "; ".join(f"{g.gate} gate ({g.detail})" for g in trial.gates if g.status == "unchecked")
     return "ok"

@@ -29,7 +29,7 @@ from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
 from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
-from autotune.gates.score import verdict
+from autotune.gates.score import Standing, standing, verdict
 from autotune.study.tuner import StudyOutcome
 
 if TYPE_CHECKING:
@@ -356,7 +356,7 @@ def trials_table(outcome: StudyOutcome, width: int | None = None) -> Table:
             cell = Text()
             cell.append(diff_label(t.candidate, base), style="bold")
             cell.append("\n" + numbers)
-            cell.append("\n" + verdict(t), style="green" if verdict(t) == "ok" else "red")
+            cell.append("\n" + verdict(t), style="green" if standing(t) is Standing.OK else "red")
             table.add_row(_number_cell(t, best), cell)
         return table
     table = Table(title=f"study {outcome.name}", caption=table_caption(outcome.objective), show_lines=False)
@@ -493,7 +493,7 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
     noise_text = noise.describe() if noise else "launch-to-launch noise unknown (no config launched twice here yet)"
     if best is None:
         console.print("[red]no trial ran and passed every gate with evidence: no winner[/]")
-        unchecked = [t for t in outcome.trials if t.status == "ok" and verdict(t).startswith("unchecked")]
+        unchecked = [t for t in outcome.trials if standing(t) is Standing.UNCHECKED]
         if unchecked:
             console.print(f"  {len(unchecked)} trial(s) ran but have unchecked gates: {verdict(unchecked[0])}")
         return

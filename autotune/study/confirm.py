@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from autotune.models import Confirmation, ConfirmationLaunch, TrialResult
+from autotune.models import Confirmation, ConfirmationLaunch, GatePolicy, TrialResult
 from autotune.trial.run import TrialContext, objective_only, run_trial
 from autotune.verdict.confirmation import rounds_done, verdict_of
 from autotune.verdict.noise import LaunchNoise
@@ -28,7 +28,7 @@ KeepLaunch = Callable[[TrialResult, int, TrialResult, float], ConfirmationLaunch
 
 def decode_only(ctx: TrialContext) -> TrialContext:
     """A relaunch for a launch-noise sample: the objective alone, with the trial's decode passes."""
-    return objective_only(ctx).model_copy(update={"accuracy": False})
+    return objective_only(ctx).model_copy(update={"gates": GatePolicy.NO_ACCURACY})
 
 
 def relaunch(

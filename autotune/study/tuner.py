@@ -40,7 +40,7 @@ from autotune.launchers import stop_all as stop_engines
 from autotune.launchers.base import free_port
 from autotune.failures.learning import learn_from_failure, shared_cause
 from autotune.models import (
-    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, FailedClass, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, FailedClass, GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.verdict.noise import LaunchNoise
 from autotune.gates.numerics import (
@@ -286,8 +286,6 @@ class Tuner:
         sampler: optuna.samplers.BaseSampler | None = None,
         storage: optuna.storages.BaseStorage | None = None,
         launch: TrialLaunch = run_trial,
-        skip_dominated: bool = True,
-        gates_at_end: bool = False,
         learn_accuracy_classes: bool = True,
         pool: BoxPool | None = None,
         parallel: int = 1,
@@ -301,7 +299,7 @@ class Tuner:
         self.parallel = parallel
         self.per_trial = per_trial
         self.boxes = boxes
-        self.learn_accuracy_classes = learn_accuracy_classes and ctx.accuracy  # autotune.gates.numerics
+        self.learn_accuracy_classes = learn_accuracy_classes and ctx.gates.accuracy  # autotune.gates.numerics
         self.store = store
         self.pruner = pruner
         self.host_key = host_key
@@ -315,9 +313,6 @@ class Tuner:
         self.sampler = sampler  # None: TPE seeded with `seed` (the study's default)
         self.storage = storage  # None: Optuna's tables in runs.db
         self.launch = launch
-        self.skip_dominated = skip_dominated
-        # gates at the end (autotune.study.deferred) only where trials skip gates at all
-        self.gates_at_end = gates_at_end and skip_dominated and ctx.accuracy
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
         pruner.add(self._learned_failure)
@@ -575,7 +570,7 @@ class Tuner:
             raise
         finally:
             launches.close()
-        if self.gates_at_end:
+        if self.ctx.gates is GatePolicy.AT_END:
             priced = gates_relaunch_s(self.store.trials(self.ctx.study), space.objective,
                                       self.store.relaunch_seconds(self.ctx.study))
             stopped = self._gate_the_head(priced) or stopped
@@ -730,7 +725,7 @@ class Tuner:
         """With gates at the end the qeval reference runs qeval at once and defers its needle, unless
         the space has numerics-neutral knobs: then its siblings reuse its whole accuracy for free."""
         space = self.ctx.space
-        return (self.gates_at_end and self.skip_dominated and self.ctx.accuracy and space.gates.needle is not None
+        return (self.ctx.gates is GatePolicy.AT_END and space.gates.needle is not None
                 and space.gates.qeval is not None and not any(k.numerics_neutral for k in space.knobs)
                 and number == self.store.study_reference(self.ctx.study))
 
@@ -738,11 +733,11 @@ class Tuner:
         """The rule that lets trial `number` skip its gates (None: they run): never for the qeval
         reference; against an incumbent that passed its gates, or with gates at the end (and
         `defer`) one that may still pass them, the trial deferring its own when it is faster."""
-        if not self.skip_dominated or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+        if not self.ctx.gates.skips_dominated or number == self.store.study_reference(self.ctx.study):
             return None
         trials = outcome_of(self.store, self.ctx.study).trials  # gates judged again: learned classes count
         noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.sample_metric)
-        if self.gates_at_end:  # the incumbent may have its own gates still to run
+        if self.ctx.gates is GatePolicy.AT_END:  # the incumbent may have its own gates still to run
             head = optimistic_incumbent(trials)
             check = dominated_check(head, noise, incumbent_unchecked=bool(head and head.deferred))
             return lazy(check) if defer else check
@@ -764,7 +759,7 @@ class Tuner:
         """A trial of this study whose accuracy results `candidate` may reuse: it measured them
         itself and differs only in knobs the space marks numerics-neutral. Never for the reference."""
         neutral = {k.name for k in self.ctx.space.knobs if k.numerics_neutral}
-        if not neutral or not self.ctx.accuracy or number == self.store.study_reference(self.ctx.study):
+        if not neutral or not self.ctx.gates.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
         mine = {k: v for k, v in self._knob_values(candidate).items() if k not in neutral}
         for t in self.store.trials(self.ctx.study):

@@ -30,6 +30,7 @@ from autotune.models import (
     Candidate,
     Cluster,
     FailureInfo,
+    GatePolicy,
     LaunchSpec,
     Measurement,
     ModelSpec,
@@ -60,7 +61,7 @@ class TrialContext(BaseModel):
     engine: Engine
     logs_dir: Path
     port: int = 8470
-    accuracy: bool = True
+    gates: GatePolicy = GatePolicy.AT_ONCE  # when needle and qeval run (commands/setup.py resolves it)
     watchdog: WatchdogLimits = WatchdogLimits()
     launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
     cluster: Cluster | None = None
@@ -273,19 +274,19 @@ async def measure(
                 raise capacity.SloUnmet(out.capacity)
         out.energy = meter.record()
         out.measurements += energy_measurements(out.energy)
-        if dominated is not None and ctx.accuracy:
+        if dominated is not None and ctx.gates.accuracy:
             objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
             out.skip = dominated(objective, score)
             if out.skip is not None:
                 events(f"{out.skip.kind.value}: {out.skip.why}")
-        if reuse is not None and ctx.accuracy and out.skip is None:
+        if reuse is not None and ctx.gates.accuracy and out.skip is None:
             out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
             events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
-        if ctx.accuracy and ctx.space.gates.needle and out.skip is None and reuse is None:
+        if ctx.gates.accuracy and ctx.space.gates.needle and out.skip is None and reuse is None:
             open_step(Step.of(Phase.NEEDLE))
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.accuracy and ctx.space.gates.qeval and out.skip is None and reuse is None:
+        if ctx.gates.accuracy and ctx.space.gates.qeval and out.skip is None and reuse is None:
             open_step(Step.of(Phase.QEVAL))
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
