@@ -104,6 +104,13 @@ def _accuracy(trial: TrialResult, baseline: TrialResult | None, accuracy_on: boo
     return lines
 
 
+def ran_version(trial: TrialResult) -> str | None:
+    """The engine version the trial ran: the one its log states (a container's own), else the one
+    installed where autotune ran."""
+    logged = trial.resolved.engine_version if trial.resolved is not None else None
+    return logged or trial.engine_version
+
+
 def recipe_from_trial(
     space: SearchSpace,
     trial: TrialResult,
@@ -129,6 +136,7 @@ def recipe_from_trial(
         model=space.model.name,
         params=trial.candidate.params,
         launch=portable_launch(trial.launch),
+        resolved=trial.resolved,
         selected=trial.selected,
         numbers=_numbers(trial),
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
@@ -142,7 +150,7 @@ def recipe_from_trial(
             date=trial.started_at,
             host=socket.gethostname(),
             autotune_version=__version__,
-            engine_version=trial.engine_version,
+            engine_version=ran_version(trial),
             hardware=hardware,
             nodes=nodes,
             db=db_path,
@@ -197,6 +205,18 @@ def recipe_from_plan(
     )
 
 
+class _RecipeDumper(yaml.SafeDumper):
+    """Lists of numbers on one line (`cudagraph_capture_sizes: [1, 2, 4, ...]`), the rest as block YAML."""
+
+
+def _numbers_inline(dumper: yaml.SafeDumper, data: list[object]) -> yaml.Node:
+    inline = bool(data) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=inline or None)
+
+
+_RecipeDumper.add_representer(list, _numbers_inline)
+
+
 def to_yaml(recipe: Recipe) -> str:
     data = recipe.model_dump(mode="json")
     if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
@@ -205,13 +225,15 @@ def to_yaml(recipe: Recipe) -> str:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
+    if data.get("resolved") is None:  # predicted recipes, and trials stored before autotune read it
+        data.pop("resolved", None)
     if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
         data.pop("capacity", None)
     if not data.get("energy"):  # predicted recipes, and trials stored before autotune read energy
         data.pop("energy", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
-    return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    return yaml.dump(data, Dumper=_RecipeDumper, sort_keys=False, width=100, allow_unicode=True)
 
 
 def from_yaml(text: str) -> Recipe:

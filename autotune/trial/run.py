@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -72,8 +73,12 @@ class TrialContext(BaseModel):
         """The launch of `candidate`: the cluster form over several nodes, and on one node too when
         the launcher runs only Ray launches (a one-node Ray cluster: the one-Spark case)."""
         if self.cluster is not None and (len(self.cluster.nodes) > 1 or launcher_class(self.launcher).ray_nodes_only):
-            return self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
-        return self.engine.render(candidate, self.model, self.port)
+            launch = self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
+        else:
+            launch = self.engine.render(candidate, self.model, self.port)
+        if self.launcher == "docker" and self.cluster is not None and self.cluster.image:
+            launch = launch.model_copy(update={"image": self.cluster.image})  # what the record says it ran in
+        return launch
 
     def check_launchable(self, candidate: Candidate) -> None:
         """Refuse (ConfigError) a candidate whose launch the launcher cannot run: checked for the
@@ -99,6 +104,11 @@ def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
                 **decode, **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
+
+
+def from_log(engine: Engine, log_text: str) -> dict[str, Any]:
+    """What the engine's log says it selected and resolved, as TrialResult fields."""
+    return {"selected": engine.selected(log_text), "resolved": engine.resolved(log_text)}
 
 
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
@@ -345,7 +355,7 @@ def run_trial(
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
                     phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
@@ -354,13 +364,13 @@ def run_trial(
                 note_in_log(log_path, failure)
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), energy=meter.record(), **common,
+                    **from_log(ctx.engine, log), phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
                 failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, capacity=exc.report,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
                     phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except throughput.MeasurementFailed as exc:
@@ -374,7 +384,7 @@ def run_trial(
                     reason=failure.message,
                     failure=failure,
                     duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log),
+                    **from_log(ctx.engine, log),
                     phase_s=clock.ordered(),
                     energy=meter.record(),
                     **common,
@@ -399,7 +409,7 @@ def run_trial(
             reason=failure.message,
             failure=failure,
             duration_s=time.monotonic() - t0,
-            selected=ctx.engine.selected(exc.log_tail),
+            **from_log(ctx.engine, exc.log_tail),
             phase_s=clock.ordered(),
             energy=meter.record(),
             **common,
@@ -407,7 +417,7 @@ def run_trial(
     objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
     return TrialResult(
         status="ok",
-        selected=ctx.engine.selected(log),
+        **from_log(ctx.engine, log),
         start_parts_s=ctx.engine.start_parts(log),
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
