@@ -1208,6 +1208,15 @@ class GpuStateFlag(str, Enum):
     LOW_CLOCKS = "low_clocks"  # SM clocks below the host's usual by more than the set share
 
 
+class AcceptanceSource(str, Enum):
+    """Where a trial's speculative-decoding acceptance was read from."""
+
+    # the engine's /metrics spec-decode counters: their deltas over the decode workloads, every
+    # request of them together. vLLM 0.33 also offers per-request spec-decode metrics
+    # (--per-request-spec-decode-metrics); no recording of what it returns exists yet, so they are not read
+    METRICS_COUNTERS = "metrics_counters"
+
+
 class ResolvedEngine(Record):
     """What the engine resolved and reported at start, read from its log: the values a trial ran
     with where the argv left them to the engine. None: this version's log does not state it (never
@@ -1246,6 +1255,9 @@ class TrialResult(Record):
     selected: dict[str, str] = Field(default_factory=dict, description="what the engine says it used")
     resolved: ResolvedEngine | None = Field(
         None, description="what the engine resolved at start, from its log (None: nothing logged, or stored before)"
+    )
+    acceptance_source: AcceptanceSource | None = Field(
+        None, description="where spec_acceptance_length was read from (None: no acceptance measured)"
     )
     measurements: list[Measurement] = Field(default_factory=list)
     needle: NeedleReport | None = None
@@ -1701,6 +1713,9 @@ class Recipe(Record):
     )
     selected: dict[str, str] = Field(default_factory=dict)
     numbers: list[RecipeNumber] = Field(default_factory=list)
+    acceptance_source: AcceptanceSource | None = Field(
+        None, description="where the spec_acceptance_length number was read from (None: the trial drafted nothing)"
+    )
     accuracy: list[str] = Field(default_factory=list)
     baseline: dict[str, float] = Field(default_factory=dict)
     verdict: RecipeVerdict | None = Field(None, description="measured recipes: why (or whether) this is the winner")

@@ -139,6 +139,7 @@ def recipe_from_trial(
         resolved=trial.resolved,
         selected=trial.selected,
         numbers=_numbers(trial),
+        acceptance_source=trial.acceptance_source,
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
         verdict=verdict,
@@ -225,6 +226,8 @@ def to_yaml(recipe: Recipe) -> str:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
+    if data.get("acceptance_source") is None:  # no drafting, or trials stored before autotune said it
+        data.pop("acceptance_source", None)
     if data.get("resolved") is None:  # predicted recipes, and trials stored before autotune read it
         data.pop("resolved", None)
     if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry

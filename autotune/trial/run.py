@@ -27,6 +27,7 @@ from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.launchers import launcher_class, open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
+    AcceptanceSource,
     CapacityReport,
     Candidate,
     Cluster,
@@ -174,6 +175,7 @@ class Measured(BaseModel):
     accuracy_from: int | None = None
     capacity: CapacityReport | None = None
     energy: TrialEnergy | None = None
+    acceptance_source: AcceptanceSource | None = None
 
 
 def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
@@ -240,6 +242,7 @@ async def measure(
         spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
         if spec:
             out.measurements.append(spec)
+            out.acceptance_source = AcceptanceSource.METRICS_COUNTERS
         ctx_tokens = context_tokens(ctx.space, candidate)
         if workload.prefill_tokens:
             open_step(Step.of(Phase.PREFILL))
@@ -423,6 +426,7 @@ def run_trial(
         needle=measured.needle,
         qeval=measured.qeval,
         accuracy_from=measured.accuracy_from,
+        acceptance_source=measured.acceptance_source,
         capacity=measured.capacity,
         energy=measured.energy,
         objective=round(objective, 4),
