@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes.vllm_site import small_model_dir, use_fake_vllm
+from fakes.vllm_site import FAKE_GEMMA_SPACE, small_model_dir, use_fake_vllm
 
 from autotune.cli import main
 from autotune.engines.vllm import VllmEngine
 from autotune.models import Candidate, Cluster, ClusterNode, ModelSpec, SearchSpace
+from autotune.output.recipe import from_yaml
 from autotune.store import Store
 from autotune.trial.run import TrialContext
 
@@ -86,13 +87,7 @@ def test_a_docker_launch_names_its_image(tmp_path):
     assert ctx.model_copy(update={"launcher": "process", "cluster": None}).render(candidate).image is None
 
 
-SPACE = """
-name: fake-vllm-resolved
-engine: vllm
-model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
-        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
-fixed: {{max_model_len: 4096, gpu_memory_utilization: 0.5}}
-knobs:
+SPACE = "name: fake-vllm-resolved\n" + FAKE_GEMMA_SPACE + """knobs:
   - {{name: max_num_seqs, values: [null, 8], default: null}}
   - {{name: enforce_eager, values: [null, true], default: null}}
 workload: {{decode_max_tokens: 8, prompts_per_set: 1, repeats: 1, prefill_tokens: [], concurrency: [1],
@@ -125,10 +120,13 @@ def test_resolved_values_flow_from_the_log_to_runs_db_show_and_the_recipe(versio
     assert "what the engine resolved at start" in shown and "VLLM_COMPILE" in shown and "51 (1..512)" in shown
     assert f"(version {version})" in shown
 
-    out = tmp_path / "r.yaml"
-    assert main(["export", "--db", str(db), "--study", "r", "--trial", "1", "-o", str(out)]) == 0
-    recipe = yaml.safe_load(out.read_text())
-    keys = list(recipe)
-    assert keys.index("resolved") == keys.index("launch") + 1  # beside the argv
-    assert recipe["resolved"]["max_num_seqs"] == 8 and recipe["resolved"]["engine_version"] == version
-    assert recipe["provenance"]["engine_version"] == version and recipe["launch"]["image"] is None
+    for number in (0, 1):
+        out = tmp_path / f"r{number}.yaml"
+        assert main(["export", "--db", str(db), "--study", "r", "--trial", str(number), "-o", str(out)]) == 0
+        recipe = yaml.safe_load(out.read_text())
+        keys = list(recipe)
+        assert keys.index("resolved") == keys.index("launch") + 1  # beside the argv
+        assert from_yaml(out.read_text()).resolved == trials[number].resolved
+        assert recipe["provenance"]["engine_version"] == version and recipe["launch"]["image"] is None
+    assert "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 24," in (tmp_path / "r0.yaml").read_text()  # one line
+    assert yaml.safe_load((tmp_path / "r1.yaml").read_text())["resolved"]["max_num_seqs"] == 8

@@ -8,7 +8,6 @@ recorded logs of both versions under tests/logs/.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from autotune.models import ResolvedEngine
 
@@ -117,7 +116,6 @@ def parse_selected(log_text: str) -> dict[str, str]:
     return found
 
 
-
 # What vLLM resolved, from its config line ("Initializing a V1 LLM engine ... compilation_config={...}")
 # and its "non-default args: {...}" line. vLLM logs the max_num_seqs it chose itself only at DEBUG
 # ("Defaulting max_num_seqs to %d ..."), so at INFO only a value that was set is known.
@@ -130,11 +128,11 @@ def _number(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def parse_resolved(log_text: str, selected: Mapping[str, str] | None = None) -> ResolvedEngine | None:
+def parse_resolved(log_text: str) -> ResolvedEngine | None:
     """The values vLLM resolved at start (None where its log does not state one); None when the
-    log states none of them. `selected`: parse_selected of the same log, when already read."""
+    log states none of them."""
     text = _ANSI.sub("", log_text)
-    picked = parse_selected(text) if selected is None else selected
+    picked = parse_selected(text)
     init = _INIT_LINE.search(text)
     config = init.group(1) if init else ""
     seqs = _NON_DEFAULT_SEQS.search(text)

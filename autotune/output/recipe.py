@@ -206,16 +206,17 @@ def recipe_from_plan(
     )
 
 
+class _Inline(list[int]):
+    """A list the recipe writes on one line (`cudagraph_capture_sizes: [1, 2, 4, ...]`)."""
+
+
 class _RecipeDumper(yaml.SafeDumper):
-    """Lists of numbers on one line (`cudagraph_capture_sizes: [1, 2, 4, ...]`), the rest as block YAML."""
+    """PyYAML's safe dumper, writing `_Inline` lists on one line."""
 
 
-def _numbers_inline(dumper: yaml.SafeDumper, data: list[object]) -> yaml.Node:
-    inline = bool(data) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=inline or None)
-
-
-_RecipeDumper.add_representer(list, _numbers_inline)
+_RecipeDumper.add_representer(
+    _Inline, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
+)
 
 
 def to_yaml(recipe: Recipe) -> str:
@@ -230,6 +231,8 @@ def to_yaml(recipe: Recipe) -> str:
         data.pop("acceptance_source", None)
     if data.get("resolved") is None:  # predicted recipes, and trials stored before autotune read it
         data.pop("resolved", None)
+    elif data["resolved"].get("cudagraph_capture_sizes") is not None:
+        data["resolved"]["cudagraph_capture_sizes"] = _Inline(data["resolved"]["cudagraph_capture_sizes"])
     if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
         data.pop("capacity", None)
     if not data.get("energy"):  # predicted recipes, and trials stored before autotune read energy

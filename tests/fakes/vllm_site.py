@@ -268,6 +268,15 @@ def use_fake_vllm(tmp_path: Path, monkeypatch, version: str = "0.26.0", name: st
     return site
 
 
+#: the engine, model and fixed lines of a space for the stand-in serving `small_model_dir`'s model: a
+#: str.format template (fill `model`); the test's own space text goes around it with its braces doubled
+FAKE_GEMMA_SPACE = """engine: vllm
+model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
+        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
+fixed: {{max_model_len: 4096, gpu_memory_utilization: 0.5}}
+"""
+
+
 def small_model_dir(tmp_path: Path) -> Path:
     """A model folder whose config.json holds the few facts the stand-in's spaces need."""
     import json
