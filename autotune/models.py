@@ -1365,6 +1365,33 @@ class GpuStateFlag(str, Enum):
     LOW_CLOCKS = "low_clocks"  # SM clocks below the host's usual by more than the set share
 
 
+class AcceptanceSource(str, Enum):
+    """Where a trial's speculative-decoding acceptance was read from."""
+
+    # the engine's /metrics spec-decode counters: their deltas over the decode workloads, every
+    # request of them together. vLLM 0.33 also offers per-request spec-decode metrics
+    # (--per-request-spec-decode-metrics); no recording of what it returns exists yet, so they are not read
+    METRICS_COUNTERS = "metrics_counters"
+
+
+class ResolvedEngine(Record):
+    """What the engine resolved and reported at start, read from its log: the values a trial ran
+    with where the argv left them to the engine. None: this version's log does not state it (never
+    guessed)."""
+
+    engine_version: str | None = Field(None, description="the exact version the engine logs at start")
+    max_num_seqs: int | None = Field(
+        None, description="streams batched at most; vLLM logs only a value that was set (its own default: DEBUG only)"
+    )
+    attention_backend: str | None = Field(None, description="the attention backend it selected")
+    moe_backend: str | None = Field(None, description="the MoE backend it selected (MoE models)")
+    compilation_mode: str | None = Field(None, description="vLLM's CompilationMode: NONE, VLLM_COMPILE, ...")
+    cudagraph_capture_sizes: list[int] | None = Field(
+        None, description="batch sizes it captures CUDA graphs for ([]: none, eager)"
+    )
+    kv_cache_tokens: int | None = Field(None, description="tokens its KV cache holds, once sized")
+
+
 # interrupted (Ctrl-C / SIGTERM) and crashed (autotune itself died or raised) attempts are re-run
 # once on resume; a second such attempt counts as a failure of the candidate
 TrialStatus = Literal["ok", "failed", "skipped", "interrupted", "crashed"]
@@ -1381,8 +1408,14 @@ class TrialResult(Record):
     nccl: list[NcclReading] = Field(
         default_factory=list, description="the NCCL each node loads, read before a multi-node launch"
     )
-    engine_version: str | None = None
+    engine_version: str | None = Field(None, description="the engine's version as installed where autotune runs")
     selected: dict[str, str] = Field(default_factory=dict, description="what the engine says it used")
+    resolved: ResolvedEngine | None = Field(
+        None, description="what the engine resolved at start, from its log (None: nothing logged, or stored before)"
+    )
+    acceptance_source: AcceptanceSource | None = Field(
+        None, description="where spec_acceptance_length was read from (None: no acceptance measured)"
+    )
     measurements: list[Measurement] = Field(default_factory=list)
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
@@ -1834,8 +1867,15 @@ class Recipe(Record):
     model: str
     params: dict[str, Scalar]
     launch: LaunchSpec
+    resolved: ResolvedEngine | None = Field(
+        None, description="what the engine resolved at start beside the argv (version, batch limit, backends, "
+        "graphs, KV cache), from the trial's log; launch.image is the container image it ran in (docker launcher)",
+    )
     selected: dict[str, str] = Field(default_factory=dict)
     numbers: list[RecipeNumber] = Field(default_factory=list)
+    acceptance_source: AcceptanceSource | None = Field(
+        None, description="where the spec_acceptance_length number was read from (None: the trial drafted nothing)"
+    )
     accuracy: list[str] = Field(default_factory=list)
     baseline: dict[str, float] = Field(default_factory=dict)
     verdict: RecipeVerdict | None = Field(None, description="measured recipes: why (or whether) this is the winner")

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fakes.vllm_site import small_model_dir, use_fake_vllm
+from fakes.vllm_site import FAKE_GEMMA_SPACE, small_model_dir, use_fake_vllm
 
 from autotune.cli import main
 from autotune.launchers.cluster import host_ip
@@ -23,13 +23,7 @@ from stand_in import tiny_llamacpp_space
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
 
-SPACE = """
-name: fake-vllm-ray
-engine: vllm
-model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
-        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
-fixed: {{max_model_len: 4096, gpu_memory_utilization: 0.5}}
-knobs:
+SPACE = "name: fake-vllm-ray\n" + FAKE_GEMMA_SPACE + """knobs:
   - {{name: max_num_seqs, values: [8, 16], default: 8}}
 workload:
   decode_max_tokens: 8

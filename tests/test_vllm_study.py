@@ -14,6 +14,7 @@ from fakes.vllm_site import small_model_dir, use_fake_vllm
 
 from autotune.cli import main
 from autotune.engines import vllm as vllm_engine
+from autotune.models import AcceptanceSource
 from autotune.store import Store
 
 SPACE = """
@@ -67,6 +68,7 @@ def test_vllm_study_against_the_fake(fake, tmp_path, capsys):
     assert all(t.status == "skipped" for t in nvfp4 if t not in failed)
     spec = next(t for t in trials.values() if t.status == "ok" and t.candidate.params["draft_k"] == 4)
     assert spec.measurement("spec_acceptance_length").median == pytest.approx(2.0)
+    assert spec.acceptance_source is AcceptanceSource.METRICS_COUNTERS and base.acceptance_source is None
     assert spec.measurement("tokens_per_chunk.prose").median == pytest.approx(2.0, rel=0.1)
     assert '"num_speculative_tokens": 4' in " ".join(spec.launch.server.argv).replace("'", '"') or any(
         "num_speculative_tokens" in a for a in spec.launch.server.argv
@@ -75,6 +77,10 @@ def test_vllm_study_against_the_fake(fake, tmp_path, capsys):
     assert main(["export", "--db", str(db), "--study", "v", "-o", str(out)]) == 0
     recipe = yaml.safe_load(out.read_text())
     assert recipe["engine"] == "vllm" and recipe["selected"]["attention_backend"] == "FLASH_ATTN"
+    for number, source in ((spec.number, "metrics_counters"), (0, None)):  # the baseline drafts nothing
+        one = tmp_path / f"trial-{number}.yaml"
+        assert main(["export", "--db", str(db), "--study", "v", "--trial", str(number), "-o", str(one)]) == 0
+        assert yaml.safe_load(one.read_text()).get("acceptance_source") == source
     assert sys.executable not in out.read_text()
 
 

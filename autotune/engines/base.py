@@ -26,6 +26,7 @@ from autotune.models import (
     ProbeResult,
     SYNTHETIC_ACCEPTANCE_WHY,
     ReadyRequest,
+    ResolvedEngine,
     Scalar,
     SearchSpace,
     synthetic_acceptance,
@@ -198,6 +199,11 @@ class Engine(ABC):
     def selected(self, log_text: str) -> dict[str, str]:
         """What the engine reports it actually used (backends, cache types); engine-specific."""
         return {}
+
+    def resolved(self, log_text: str) -> ResolvedEngine | None:
+        """What the engine resolved at start and logged (version, batch limit, backends, graphs,
+        KV cache size); None when its log states none of them."""
+        return None
 
     def start_parts(self, log_text: str) -> dict[str, float]:
         """Seconds of the start the engine's log accounts for (weights, compile, ...); engine-specific."""

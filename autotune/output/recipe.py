@@ -104,6 +104,13 @@ def _accuracy(trial: TrialResult, baseline: TrialResult | None, accuracy_on: boo
     return lines
 
 
+def ran_version(trial: TrialResult) -> str | None:
+    """The engine version the trial ran: the one its log states (a container's own), else the one
+    installed where autotune ran."""
+    logged = trial.resolved.engine_version if trial.resolved is not None else None
+    return logged or trial.engine_version
+
+
 def recipe_from_trial(
     space: SearchSpace,
     trial: TrialResult,
@@ -129,8 +136,10 @@ def recipe_from_trial(
         model=space.model.name,
         params=trial.candidate.params,
         launch=portable_launch(trial.launch),
+        resolved=trial.resolved,
         selected=trial.selected,
         numbers=_numbers(trial),
+        acceptance_source=trial.acceptance_source,
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
         baseline=base_numbers,
         verdict=verdict,
@@ -142,7 +151,7 @@ def recipe_from_trial(
             date=trial.started_at,
             host=socket.gethostname(),
             autotune_version=__version__,
-            engine_version=trial.engine_version,
+            engine_version=ran_version(trial),
             hardware=hardware,
             nodes=nodes,
             db=db_path,
@@ -197,6 +206,19 @@ def recipe_from_plan(
     )
 
 
+class _Inline(list[int]):
+    """A list the recipe writes on one line (`cudagraph_capture_sizes: [1, 2, 4, ...]`)."""
+
+
+class _RecipeDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing `_Inline` lists on one line."""
+
+
+_RecipeDumper.add_representer(
+    _Inline, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
+)
+
+
 def to_yaml(recipe: Recipe) -> str:
     data = recipe.model_dump(mode="json")
     if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
@@ -205,13 +227,19 @@ def to_yaml(recipe: Recipe) -> str:
         del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
+    if data.get("acceptance_source") is None:  # no drafting, or trials stored before autotune said it
+        data.pop("acceptance_source", None)
+    if data.get("resolved") is None:  # predicted recipes, and trials stored before autotune read it
+        data.pop("resolved", None)
+    elif data["resolved"].get("cudagraph_capture_sizes") is not None:
+        data["resolved"]["cudagraph_capture_sizes"] = _Inline(data["resolved"]["cudagraph_capture_sizes"])
     if data.get("capacity") is None:  # only a capacity_at_slo study's recipe has a search to carry
         data.pop("capacity", None)
     if not data.get("energy"):  # predicted recipes, and trials stored before autotune read energy
         data.pop("energy", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
-    return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    return yaml.dump(data, Dumper=_RecipeDumper, sort_keys=False, width=100, allow_unicode=True)
 
 
 def from_yaml(text: str) -> Recipe:

@@ -23,6 +23,7 @@ from autotune.models import (
     Objective,
     PlanEstimate,
     PlanReport,
+    ResolvedEngine,
     TrialResult,
 )
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
@@ -481,8 +482,53 @@ def start_table(outcome: StudyOutcome) -> Table | None:
     return table
 
 
+def capture_sizes_cell(sizes: list[int] | None) -> str:
+    """CUDA graph capture sizes for a table cell: `-` (not logged), `none` ([]), `51 (1..512)`."""
+    if sizes is None:
+        return "-"
+    if not sizes:
+        return "none"
+    return f"{len(sizes)} ({sizes[0]}..{sizes[-1]})" if len(sizes) > 1 else str(sizes[0])
+
+
+def resolved_table(outcome: StudyOutcome) -> Table | None:
+    """What each trial's engine resolved at start, from its log (None when no trial's log stated
+    any). The version goes in the title when every trial ran the same; a column no trial's log
+    filled (MoE on a dense model) is left out."""
+    read = [(t.number, t.resolved) for t in outcome.trials if t.resolved is not None]
+    if not read:
+        return None
+    cells: dict[str, Callable[[ResolvedEngine], str]] = {
+        "version": lambda r: r.engine_version or "-",
+        "max seqs": lambda r: _count(r.max_num_seqs),
+        "attention": lambda r: r.attention_backend or "-",
+        "MoE": lambda r: r.moe_backend or "-",
+        "compile": lambda r: r.compilation_mode or "-",
+        "graph sizes": lambda r: capture_sizes_cell(r.cudagraph_capture_sizes),
+        "KV tokens": lambda r: _count(r.kv_cache_tokens),
+    }
+    versions = {r.engine_version for _, r in read}
+    title = "what the engine resolved at start"
+    if len(versions) == 1:
+        title += f" (version {versions.pop() or 'not logged'})"
+        del cells["version"]
+    shown = {name: cell for name, cell in cells.items() if name != "MoE" or any(r.moe_backend for _, r in read)}
+    table = Table(title=title, caption="from the engine's log; -: not in this version's log (vLLM logs a "
+                  "max_num_seqs it chose itself only at DEBUG)")
+    table.add_column("#", no_wrap=True)
+    for name in shown:
+        table.add_column(name, no_wrap=True, justify="right" if name in ("max seqs", "KV tokens") else "left")
+    for number, r in read:
+        table.add_row(str(number), *(cell(r) for cell in shown.values()))
+    return table
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def print_phases(console: Console, outcome: StudyOutcome) -> None:
-    for table in (phases_table(outcome), start_table(outcome)):
+    for table in (phases_table(outcome), start_table(outcome), resolved_table(outcome)):
         if table is not None:
             console.print(table)
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -26,6 +27,7 @@ from autotune.errors import AutotuneError, ConfigError, EngineStartError
 from autotune.launchers import launcher_class, open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
+    AcceptanceSource,
     CapacityReport,
     Candidate,
     Cluster,
@@ -73,8 +75,12 @@ class TrialContext(BaseModel):
         """The launch of `candidate`: the cluster form over several nodes, and on one node too when
         the launcher runs only Ray launches (a one-node Ray cluster: the one-Spark case)."""
         if self.cluster is not None and (len(self.cluster.nodes) > 1 or launcher_class(self.launcher).ray_nodes_only):
-            return self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
-        return self.engine.render(candidate, self.model, self.port)
+            launch = self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
+        else:
+            launch = self.engine.render(candidate, self.model, self.port)
+        if self.launcher == "docker" and self.cluster is not None and self.cluster.image:
+            launch = launch.model_copy(update={"image": self.cluster.image})  # what the record says it ran in
+        return launch
 
     def check_launchable(self, candidate: Candidate) -> None:
         """Refuse (ConfigError) a candidate whose launch the launcher cannot run: checked for the
@@ -100,6 +106,11 @@ def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
                 **decode, **workload}
     )
     return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
+
+
+def from_log(engine: Engine, log_text: str) -> dict[str, Any]:
+    """What the engine's log says it selected and resolved, as TrialResult fields."""
+    return {"selected": engine.selected(log_text), "resolved": engine.resolved(log_text)}
 
 
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
@@ -165,6 +176,7 @@ class Measured(BaseModel):
     accuracy_from: int | None = None
     capacity: CapacityReport | None = None
     energy: TrialEnergy | None = None
+    acceptance_source: AcceptanceSource | None = None
 
 
 def visible_gpus(launch: LaunchSpec, candidate: Candidate) -> str | None:
@@ -242,6 +254,7 @@ async def measure(
         spec = acceptance(before, await _scrape_counters(ctx.engine, base_url))
         if spec:
             out.measurements.append(spec)
+            out.acceptance_source = AcceptanceSource.METRICS_COUNTERS
         ctx_tokens = context_tokens(ctx.space, candidate)
         if workload.prefill_tokens:
             open_step(Step.of(Phase.PREFILL))
@@ -358,7 +371,7 @@ def run_trial(
                 failure = FailureInfo(failure_class="configuration_error", message=str(exc))
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
                     phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
@@ -367,13 +380,13 @@ def run_trial(
                 note_in_log(log_path, failure)
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log), phase_s=clock.ordered(), energy=meter.record(), **common,
+                    **from_log(ctx.engine, log), phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
                 failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, capacity=exc.report,
-                    duration_s=time.monotonic() - t0, selected=ctx.engine.selected(server.log_text()),
+                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
                     phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except throughput.MeasurementFailed as exc:
@@ -387,7 +400,7 @@ def run_trial(
                     reason=failure.message,
                     failure=failure,
                     duration_s=time.monotonic() - t0,
-                    selected=ctx.engine.selected(log),
+                    **from_log(ctx.engine, log),
                     phase_s=clock.ordered(),
                     energy=meter.record(),
                     **common,
@@ -412,7 +425,7 @@ def run_trial(
             reason=failure.message,
             failure=failure,
             duration_s=time.monotonic() - t0,
-            selected=ctx.engine.selected(exc.log_tail),
+            **from_log(ctx.engine, exc.log_tail),
             phase_s=clock.ordered(),
             energy=meter.record(),
             **common,
@@ -420,12 +433,13 @@ def run_trial(
     objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
     return TrialResult(
         status="ok",
-        selected=ctx.engine.selected(log),
+        **from_log(ctx.engine, log),
         start_parts_s=ctx.engine.start_parts(log),
         measurements=[*measured.measurements, startup],
         needle=measured.needle,
         qeval=measured.qeval,
         accuracy_from=measured.accuracy_from,
+        acceptance_source=measured.acceptance_source,
         capacity=measured.capacity,
         energy=measured.energy,
         objective=round(objective, 4),

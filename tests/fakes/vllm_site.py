@@ -9,7 +9,9 @@ vllm.entrypoints.cli.main serve --help=all` with the option lines recorded from 
 `serve MODEL ...` with a small OpenAI-compatible HTTP server: streamed
 chat and completions (words at a fixed pace; two tokens per chunk when a speculative config is
 given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
-lines in vLLM's wording. `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
+lines in the wording of that version's recorded logs (the non-default args, the config line with its
+compilation mode and CUDA graph capture sizes, the attention backend; the KV cache size on 0.26.0
+only: no recorded 0.33.0 start reached it). `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
 With `--load-format dummy` a reply stops after 7 tokens unless the request sets `ignore_eos`
 (random weights sample an end-of-sequence token early). A request with `"stream": false` gets one
 JSON reply. With FAKE_VLLM_STALL_AFTER=N in its environment, every generation after the first N
@@ -93,7 +95,7 @@ p.add_argument("cmd"); p.add_argument("model")
 p.add_argument("--port", type=int); p.add_argument("--host"); p.add_argument("--served-model-name")
 p.add_argument("--kv-cache-dtype", default="auto"); p.add_argument("--attention-backend")
 p.add_argument("--speculative-config"); p.add_argument("--enforce-eager", action="store_true")
-p.add_argument("--load-format", default="auto")
+p.add_argument("--load-format", default="auto"); p.add_argument("--max-num-seqs", type=int)
 p.add_argument("--distributed-executor-backend"); p.add_argument("--tensor-parallel-size", type=int, default=1)
 args, _ = p.parse_known_args()
 if args.distributed_executor_backend == "ray":
@@ -103,16 +105,35 @@ if args.distributed_executor_backend == "ray":
     alive = [n for n in ray.nodes() if n.get("Alive")]
     print(f"INFO [ray_utils.py:300] Ray cluster at {{os.environ['RAY_ADDRESS']}}: {{len(alive)}} node(s) alive; "
           f"tensor_parallel_size={{args.tensor_parallel_size}}", flush=True)
-print(f"INFO [core.py:90] Initializing a V1 LLM engine (v{version}) with config: model={{args.model!r}}, "
-      f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}", flush=True)
+# the lines the recorded logs of this version hold (tests/logs/, tests/logs/v0.33.0/), their
+# messages as recorded; the [file.py:NNN] prefix is the recorded one of this version
+PREFIX = {{"0.26.0": {{"args": "api_utils.py:273", "init": "core.py:116"}},
+          "0.33.0": {{"args": "startup.py:96", "init": "core.py:139"}}}}["{version}"]
+chosen = {{"model": args.model, "port": args.port}}
+chosen.update({{k: v for k, v in (("kv_cache_dtype", args.kv_cache_dtype if args.kv_cache_dtype != "auto" else None),
+                                 ("attention_backend", args.attention_backend),
+                                 ("enforce_eager", args.enforce_eager or None),
+                                 ("max_num_seqs", args.max_num_seqs)) if v is not None}})
+print(f"INFO [{{PREFIX['args']}}] non-default args: {{chosen}}", flush=True)
+# vLLM's default capture sizes (as recorded); it captures up to 2 x max_num_seqs when that is set
+SIZES = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+sizes = [] if args.enforce_eager else [n for n in SIZES if not args.max_num_seqs or n <= 2 * args.max_num_seqs]
+mode = "<CompilationMode.NONE: 0>" if args.enforce_eager else "<CompilationMode.VLLM_COMPILE: 3>"
+cudagraphs = "<CUDAGraphMode.NONE: 0>" if args.enforce_eager else "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>"
+print(f"INFO [{{PREFIX['init']}}] Initializing a V1 LLM engine (v{version}) with config: model={{args.model!r}}, "
+      f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}, compilation_config={{{{'mode': {{mode}}, "
+      f"'cudagraph_mode': {{cudagraphs}}, 'cudagraph_capture_sizes': {{sizes}}}}}}", flush=True)
 if args.kv_cache_dtype == "nvfp4":
     print("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=256, "
           "dtype=torch.bfloat16, kv_cache_dtype=nvfp4, block_size=None). Reasons: {{FLASH_ATTN: [kv_cache_dtype not supported]}}.",
           flush=True)
     sys.exit(1)
-backend = args.attention_backend or "FLASH_ATTN"
-print(f"INFO [cuda.py:300] Using {{backend}} attention backend out of potential backends: ['FLASH_ATTN', 'TRITON_ATTN'].", flush=True)
-print("INFO [kv_cache_utils.py:1000] GPU KV cache size: 524,288 tokens", flush=True)
+if args.attention_backend:
+    print(f"INFO [cuda.py:448] Using AttentionBackendEnum.{{args.attention_backend}} backend.", flush=True)
+else:
+    print("INFO [cuda.py:482] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'TRITON_ATTN'].", flush=True)
+if "{version}" == "0.26.0":  # no recorded 0.33.0 start reached the KV cache sizing
+    print("INFO [kv_cache_utils.py:2177] GPU KV cache size: 524,288 tokens", flush=True)
 spec = json.loads(args.speculative_config) if args.speculative_config else None
 per_chunk = 2 if spec else 1
 state = {{"drafts": 0, "accepted": 0, "generations": 0}}
@@ -245,6 +266,15 @@ def use_fake_vllm(tmp_path: Path, monkeypatch, version: str = "0.26.0", name: st
     importlib.invalidate_caches()
     monkeypatch.setattr(vllm_engine, "_flags_cache", {})
     return site
+
+
+#: the engine, model and fixed lines of a space for the stand-in serving `small_model_dir`'s model: a
+#: str.format template (fill `model`); the test's own space text goes around it with its braces doubled
+FAKE_GEMMA_SPACE = """engine: vllm
+model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
+        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
+fixed: {{max_model_len: 4096, gpu_memory_utilization: 0.5}}
+"""
 
 
 def small_model_dir(tmp_path: Path) -> Path:
