@@ -1703,6 +1703,8 @@ class ChoicesCheck(Record):
     engine: str
     engine_version: str | None = None
     detail: str = Field("", description="why the values were not checked")
+    takes_draft_schedule: bool = Field(
+        False, description="the engine lists a draft length per batch size in --speculative-config")
 
     def note(self) -> str | None:
         """One line for the user when the values went unchecked; None when checked or nothing to check."""
@@ -1858,6 +1860,111 @@ class RecipeVerdict(Record):
     )
 
 
+class DraftStep(Record):
+    """From batch size `from_batch` on (until the next step), draft `draft_k` tokens."""
+
+    from_batch: int = Field(ge=1)
+    draft_k: int = Field(ge=0)
+
+
+#: vLLM clamps a range's end to its max batch size, so the last range may end anywhere above it
+SCHEDULE_OPEN_END = 1 << 16
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+class DraftSchedule(Record):
+    """A draft length per batch size: thresholds -> K, the first at batch size 1. As a knob value
+    it is written `1:4/4:2` (batch 1 on: K 4; batch 4 on: K 2)."""
+
+    steps: list[DraftStep] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DraftSchedule:
+        starts = [s.from_batch for s in self.steps]
+        if starts[0] != 1 or starts != sorted(set(starts)):
+            raise ValueError(f"draft schedule {self.text()}: steps must start at batch size 1 and rise")
+        if self.max_k == 0:
+            raise ValueError(f"draft schedule {self.text()}: drafts nothing at any batch size")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> DraftSchedule:
+        """`1:4/4:2` -> the schedule (ValueError with the reason on anything else)."""
+        steps = []
+        for part in filter(None, (p.strip() for p in str(text).split("/"))):
+            start, sep, k = part.partition(":")
+            if not sep or not start.strip().isdigit() or not k.strip().isdigit():
+                raise ValueError(f"draft schedule {text!r}: {part!r} is not FROM_BATCH:K (e.g. 1:4/4:2)")
+            steps.append(DraftStep(from_batch=int(start), draft_k=int(k)))
+        if not steps:
+            raise ValueError(f"draft schedule {text!r} is empty (e.g. 1:4/4:2)")
+        return cls(steps=steps)
+
+    @property
+    def max_k(self) -> int:
+        return max(s.draft_k for s in self.steps)
+
+    def text(self) -> str:
+        return "/".join(f"{s.from_batch}:{s.draft_k}" for s in self.steps)
+
+    def vllm_entries(self) -> list[list[int]]:
+        """vLLM's form: [batch_lo, batch_hi, K] with inclusive ranges, the last one open."""
+        ends = [s.from_batch - 1 for s in self.steps[1:]] + [SCHEDULE_OPEN_END]
+        return [[s.from_batch, end, s.draft_k] for s, end in zip(self.steps, ends, strict=True)]
+
+    def describe(self) -> str:
+        ends = [s.from_batch - 1 for s in self.steps[1:]] + [None]
+        return ", ".join(
+            f"batch {s.from_batch}{'+' if end is None else ('' if end == s.from_batch else f'-{end}')}: K={s.draft_k}"
+            for s, end in zip(self.steps, ends, strict=True))
+
+
+class ScheduleStatus(str, Enum):
+    """What became of a study's draft schedule per batch size."""
+
+    ADOPTED = "adopted"  # composed and confirmed faster than the best single K at some level, slower at none
+    NO_GAIN = "no gain"  # composed and confirmed: inside the launch noise at every level
+    REJECTED = "rejected"  # composed, but slower than the best single K beyond the noise at some level
+    UNCONFIRMED = "unconfirmed"  # composed; its launch was not run, failed, or the launch noise is unknown
+    ONE_K = "one K"  # the same K is best at every concurrency level: nothing to schedule
+    TOO_FEW = "too few"  # fewer than two draft lengths or concurrency levels measured for the best config
+    NOT_ACCEPTED = "not accepted"  # the engine version takes no schedule
+    NO_DRAFT_KNOB = "no draft knob"  # the space tunes no draft_k
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScheduleLevel(Record):
+    """One concurrency level: each K's measured tok/s, the K picked, and the confirmation's numbers."""
+
+    concurrency: int
+    metric: str
+    tps_by_k: dict[int, float]
+    draft_k: int
+    single_k_tps: float | None = Field(None, description="the best single K's trial at this level")
+    schedule_tps: float | None = Field(None, description="the schedule's confirmation launch at this level")
+    beyond_noise: bool | None = Field(None, description="the two differ beyond the launch noise; None: not judged")
+
+
+class DraftScheduleReport(Record):
+    """A study's draft schedule: composed from its trials, confirmed in one launch, or why not."""
+
+    study: str
+    status: ScheduleStatus
+    why: str
+    schedule: DraftSchedule | None = None
+    single_k_trial: int | None = Field(None, description="the best single-K trial the schedule is set against")
+    single_k: int | None = None
+    levels: list[ScheduleLevel] = Field(default_factory=list)
+    speculative_config: str | None = Field(None, description="the --speculative-config JSON with the schedule")
+
+    def line(self) -> str:
+        if self.schedule is None:
+            return f"no draft schedule ({self.status}): {self.why}"
+        return f"draft schedule {self.schedule.describe()} ({self.status}): {self.why}"
+
+
 class Recipe(Record):
     """A measured recipe holds only measured numbers; a predicted one only predictions."""
 
@@ -1886,6 +1993,8 @@ class Recipe(Record):
         default_factory=list, description="the trial's GPU energy per workload (GPU only), CPU package energy and "
         "GPU state; 'not measured (no counter)' where absent; empty for trials stored before autotune read it",
     )
+    draft_schedule: DraftScheduleReport | None = Field(
+        None, description="vLLM: the draft length per batch size composed from the study, its confirmation, or why none")
     provenance: Provenance
 
     @model_validator(mode="after")

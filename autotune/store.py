@@ -32,6 +32,7 @@ from autotune.models import (
     Candidate,
     Confirmation,
     ConfirmationLaunch,
+    DraftScheduleReport,
     FailureInfo,
     HostFingerprint,
     LearnedFailure,
@@ -241,6 +242,13 @@ def m009_boxes(db: sqlite_utils.Database) -> None:
     # launch sample name the boxes they ran on ("0", "0,1"; NULL: no pool, as before)
     db["attempts"].add_column("boxes", str)
     db["launch_samples"].add_column("boxes", str)
+
+
+@MIGRATIONS()
+def m010_draft_schedule(db: sqlite_utils.Database) -> None:
+    # a study's draft length per batch size (autotune/study/draft_schedule.py): composed from its
+    # trials, its one confirmation launch judged, or why no schedule was composed
+    db["draft_schedules"].create({"study": str, "saved_at": str, "result": str}, pk="study")
 
 
 def boxes_text(boxes: tuple[int, ...] | list[int]) -> str | None:
@@ -567,6 +575,14 @@ class Store:
     def confirmation(self, study: str) -> Confirmation | None:
         rows = list(self.db["confirmations"].rows_where("study = ?", [study]))
         return Confirmation.model_validate_json(rows[0]["result"]) if rows else None
+
+    def save_draft_schedule(self, report: DraftScheduleReport) -> None:
+        self.db["draft_schedules"].upsert(
+            {"study": report.study, "saved_at": utc_now(), "result": report.model_dump_json()}, pk="study")
+
+    def draft_schedule(self, study: str) -> DraftScheduleReport | None:
+        rows = list(self.db["draft_schedules"].rows_where("study = ?", [study]))
+        return DraftScheduleReport.model_validate_json(rows[0]["result"]) if rows else None
 
     def add_confirmation_launch(self, launch: ConfirmationLaunch) -> ConfirmationLaunch:
         """Store one relaunch of a confirmation round; returns it with its id."""

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.vllm_site import VERSIONS, recorded_choices, write_fake_vllm
+from fakes.vllm_site import VERSIONS, choices_of, write_fake_vllm
 
 from autotune.cli import main
 from autotune.engines import vllm as vllm_engine
@@ -25,7 +25,7 @@ from autotune.models import ChoicesStatus, SearchSpace
 
 
 def recorded(version: str) -> EngineChoices:
-    return EngineChoices.model_validate_json(recorded_choices(version).read_text())
+    return EngineChoices.model_validate(choices_of(version))
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_the_plan_json_carries_the_check(cache, tmp_path, monkeypatch, capsys):
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["choices"] == {"status": ChoicesStatus.CHECKED.value, "engine": "vllm", "engine_version": "0.33.0",
-                                 "detail": ""}
+                                 "detail": "", "takes_draft_schedule": True}
 
 
 def test_probe_refuses_a_value_the_version_lacks_before_runs_db_opens(cache, tmp_path, monkeypatch, capsys):

@@ -17,6 +17,7 @@ from autotune.models import (
     TrialResult,
     VerdictStatus,
 )
+from autotune.output.draft_schedule import with_schedule
 from autotune.output.recipe import recipe_from_trial, render_recipe
 from autotune.store import Store
 from autotune.study.tuner import StudyOutcome, outcome_of
@@ -90,6 +91,7 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
         space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path), verdict=verdict,
         accuracy_on=result.accuracy, trials=result.trials,
     )
+    recipe = with_schedule(recipe, result.draft_schedule, chosen.number)
     text = render_recipe(recipe, output)
     store.save_recipe(name, chosen.number, recipe.kind, text)
     return Export(text=text, warnings=export_warnings(verdict))

@@ -24,6 +24,7 @@ from autotune.space.candidates import (
 from autotune.space.fingerprint import check_same_experiment
 from autotune.space.fingerprint import fingerprint as space_fingerprint
 from autotune.study.confirm import confirm, relaunch
+from autotune.study.draft_schedule import schedule_study
 from autotune.study.forecast import RunForecast, gates_time_s, measured_trials, workload_guess_s
 from autotune.study.leases import BoxPool
 from autotune.study.lock import StudyLock, StudyOwner
@@ -32,6 +33,7 @@ from autotune.study.plan import SearchPlan
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.tuner import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
 from autotune.verdict.confirmation import rounds_done
+from autotune.verdict.noise import LaunchNoise
 
 
 def relaunch_baseline_for_noise(
@@ -151,7 +153,24 @@ def _run_on_pool(
     # after the confirmation: its rounds relaunched the baseline, and those launches count
     if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events, pool):
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
-    return result
+    return _draft_schedule(plan, result, host_key, budget, events, pool)
+
+
+def _draft_schedule(
+    plan: SearchPlan, result: StudyOutcome, host_key: str, budget: TimeBudget, events: Callable[[str], None],
+    pool: BoxPool | None,
+) -> StudyOutcome:
+    """The draft length per batch size composed from the trials and confirmed in one launch (after
+    the noise relaunches, whose spread judges it), or why none; stored either way."""
+    assert plan.store is not None
+    store = plan.store
+    objective = plan.space.objective
+
+    def noise() -> LaunchNoise | None:
+        return store.launch_noise(host_key, plan.space.engine, objective.sample_metric)
+
+    store.save_draft_schedule(schedule_study(plan, result, noise, budget, events, pool))
+    return outcome_of(store, plan.study, result.exhausted, result.stopped)
 
 
 def _confirm(

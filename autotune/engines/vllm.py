@@ -17,19 +17,21 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
 from autotune.model.shapes import dummy_weights
 from autotune.engines.vllm_choices import cached_choices
-from autotune.engines.vllm_values import check_values
+from autotune.engines.vllm_values import check_values, schedule_refusal
 from autotune.engines.vllm_log import parse_resolved, parse_selected, parse_start_parts
 from autotune.models import (
     Candidate,
     ChoicesCheck,
+    SCHEDULE_KEY,
     ChoicesStatus,
+    DraftSchedule,
     LaunchSpec,
     ModelSpec,
     NodeLaunch,
@@ -77,7 +79,7 @@ BOOL_FLAGS: dict[str, str] = {
 
 # Knobs rendered together into one JSON option.
 SPEC_KNOBS = frozenset(
-    {"spec_method", "draft_k", "spec_model", "spec_prompt_lookup_max", "spec_prompt_lookup_min"}
+    {"spec_method", "draft_k", "draft_schedule", "spec_model", "spec_prompt_lookup_max", "spec_prompt_lookup_min"}
 )
 COMPILATION_KNOBS = frozenset({"cudagraph_mode"})
 OTHER_KNOBS = frozenset({"seed"})
@@ -167,7 +169,8 @@ class VllmEngine(Engine):
         except EngineUnavailable as exc:
             return ChoicesCheck(status=ChoicesStatus.UNREADABLE, engine=self.name, engine_version=version, detail=str(exc))
         check_values(space, choices, VALUE_FLAGS)
-        return ChoicesCheck(status=ChoicesStatus.CHECKED, engine=self.name, engine_version=version)
+        return ChoicesCheck(status=ChoicesStatus.CHECKED, engine=self.name, engine_version=version,
+                            takes_draft_schedule=schedule_refusal(choices) is None)
 
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         if candidate.engine != self.name:
@@ -395,18 +398,39 @@ def ray_start_argv(python: str, cluster: Cluster, index: int) -> list[str]:
     return argv + ["--disable-usage-stats", "--block"]
 
 
-def speculative_config(params: Mapping[str, Scalar]) -> dict[str, Scalar] | None:
-    """`--speculative-config` JSON from spec_method + draft_k; None when draft_k is 0 or unset."""
-    draft_k = params.get("draft_k")
-    if draft_k is None or _int("draft_k", draft_k) == 0:
+def draft_schedule(params: Mapping[str, Scalar]) -> DraftSchedule | None:
+    """The candidate's draft_schedule knob (`1:4/4:2`), parsed; None when unset."""
+    text = params.get("draft_schedule")
+    if text is None:
         return None
-    k = _int("draft_k", draft_k)
+    try:
+        return DraftSchedule.parse(str(text))
+    except ValueError as exc:
+        raise ConfigError(f"knob draft_schedule: {exc}") from None
+
+
+def speculative_config(params: Mapping[str, Scalar]) -> dict[str, Any] | None:
+    """`--speculative-config` JSON from spec_method + draft_k (+ draft_schedule: vLLM's
+    num_speculative_tokens_per_batch_size, with num_speculative_tokens its largest K); None when
+    draft_k is 0 or unset and no schedule is given."""
+    schedule = draft_schedule(params)
+    draft_k = params.get("draft_k")
+    k = 0 if draft_k is None else _int("draft_k", draft_k)
+    if schedule is not None:
+        if k not in (0, schedule.max_k):
+            raise ConfigError(f"draft_k {k} with draft_schedule {schedule.text()}: draft_k must be its largest K "
+                              f"({schedule.max_k}) or unset")
+        k = schedule.max_k
+    if k == 0:
+        return None
     if k < 0:
         raise ConfigError(f"draft_k must be >= 0, got {k}")
     method = params.get("spec_method")
     if method is None:
         raise ConfigError("draft_k > 0 needs spec_method (e.g. ngram, eagle3, mtp, draft_model)")
-    config: dict[str, Scalar] = {"method": str(method), "num_speculative_tokens": k}
+    config: dict[str, Any] = {"method": str(method), "num_speculative_tokens": k}
+    if schedule is not None:
+        config[SCHEDULE_KEY] = schedule.vllm_entries()
     if params.get("spec_model") is not None:
         config["model"] = str(params["spec_model"])
     lookup_max = params.get("spec_prompt_lookup_max")

@@ -63,6 +63,12 @@ try:
     from vllm.model_executor.layers.quantization import DEPRECATED_QUANTIZATION_METHODS as deprecated
 except ImportError:
     deprecated = []
+try:
+    import dataclasses
+    from vllm.config.speculative import SpeculativeConfig
+    spec_keys = sorted(f.name for f in dataclasses.fields(SpeculativeConfig))
+except (ImportError, TypeError):
+    spec_keys = []
 from importlib.metadata import entry_points
 plugins = sorted({ep.name for ep in entry_points(group="vllm.general_plugins")})
 print(json.dumps({
@@ -75,6 +81,7 @@ print(json.dumps({
     "deprecated_quantization_methods": sorted(deprecated),
     "general_plugins": plugins,
     "speculative_methods": literal("vllm.config.speculative", "SpeculativeMethod"),
+    "speculative_config_keys": spec_keys,
     "moe_backends": literal("vllm.config.kernel", "MoEBackend"),
     "linear_backends": literal("vllm.config.kernel", "LinearBackend"),
 }, sort_keys=True))
@@ -106,6 +113,9 @@ class EngineChoices(BaseModel):
         "quantization method at start, which the method list above cannot hold",
     )
     speculative_methods: list[str]
+    speculative_config_keys: list[str] = Field(
+        default_factory=list, description="the keys --speculative-config takes (SpeculativeConfig's fields); "
+        "[] where the dump did not read them")
     moe_backends: list[str]
     linear_backends: list[str]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from autotune.engines.vllm_choices import EngineChoices
 from autotune.errors import ConfigError
-from autotune.models import Scalar, SearchSpace
+from autotune.models import SCHEDULE_KEY, Scalar, SearchSpace
 
 #: knob -> the registry of the dump that lists its values (the option takes a value of it, or
 #: for spec_method the "method" of --speculative-config)
@@ -66,9 +66,20 @@ def refusal(knob: str, value: Scalar, flag: str | None, choices: EngineChoices) 
     return None
 
 
+def schedule_refusal(choices: EngineChoices) -> str | None:
+    """Why this version takes no draft schedule per batch size; None when its --speculative-config
+    lists the key."""
+    if SCHEDULE_KEY in choices.speculative_config_keys:
+        return None
+    return f"vLLM {choices.version} does not list {SCHEDULE_KEY} among its --speculative-config keys"
+
+
 def check_values(space: SearchSpace, choices: EngineChoices, flags: dict[str, str]) -> None:
     """Refuse the first knob value of `space` this version does not accept (`flags`: knob -> option)."""
     for knob, value in space_values(space):
         why = refusal(knob, value, flags.get(knob), choices)
+        if why is None and knob == "draft_schedule":
+            why = schedule_refusal(choices)
+            why = why and f"draft_schedule={value}: {why}; leave the schedule to the study or use a vLLM that has it"
         if why:
             raise ConfigError(f"space {space.name!r}: {why}")

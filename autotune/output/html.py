@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from autotune.output.draft_schedule import schedule_lines
 from autotune.errors import ConfigError
 from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult
 from autotune.verdict.noise import single_launch_verdict
@@ -291,6 +292,10 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
     else:
         lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
+    schedule = schedule_lines(outcome.draft_schedule)
+    if schedule:
+        items = "".join(f"<li>{_e(line)}</li>" for line in schedule[1:])
+        lines.append(f'<p class="draft-schedule">{_e(schedule[0])}</p>' + (f"<ul>{items}</ul>" if items else ""))
     failed = outcome.failed_classes()
     if failed:
         items = "".join(f"<li>{_e(f.describe())}</li>" for f in failed)

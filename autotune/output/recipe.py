@@ -237,6 +237,8 @@ def to_yaml(recipe: Recipe) -> str:
         data.pop("capacity", None)
     if not data.get("energy"):  # predicted recipes, and trials stored before autotune read energy
         data.pop("energy", None)
+    if data.get("draft_schedule") is None:  # only a vLLM study that tunes draft_k has one to report
+        data.pop("draft_schedule", None)
     data["commands"] = shell_lines(recipe.launch)
     data["port"] = PORT_NOTE
     return yaml.dump(data, Dumper=_RecipeDumper, sort_keys=False, width=100, allow_unicode=True)

@@ -13,6 +13,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from autotune.output.draft_schedule import schedule_lines
 from autotune.hardware.profiles import describe, describe_node
 from autotune.models import (
     Candidate,
@@ -578,6 +579,8 @@ def print_best(console: Console, outcome: StudyOutcome) -> None:
         )
     elif best.number != 0:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
+    for i, line in enumerate(schedule_lines(outcome.draft_schedule)):
+        console.print(f"  {line}" if i == 0 else f"    {line}", highlight=False, markup=False)
     for failed in outcome.failed_classes():
         console.print(f"  [yellow]numerics class failed accuracy[/]: {failed.describe()}", highlight=False)
     for i, t in enumerate(outcome.tradeoffs_of(best)):

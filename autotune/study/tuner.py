@@ -40,7 +40,8 @@ from autotune.launchers import stop_all as stop_engines
 from autotune.launchers.base import free_port
 from autotune.failures.learning import learn_from_failure, shared_cause
 from autotune.models import (
-    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, FailedClass, GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, DraftScheduleReport, FailedClass,
+    GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.verdict.noise import LaunchNoise
 from autotune.gates.numerics import (
@@ -114,6 +115,7 @@ class StudyOutcome(BaseModel):
     exhausted: bool = False
     stopped: str | None = None  # why the study ended before its trial count (e.g. the time budget)
     confirmation: Confirmation | None = None
+    draft_schedule: DraftScheduleReport | None = None  # vLLM: the draft length per batch size, or why none
     noise: LaunchNoise | None = None  # launch-to-launch spread on the study's host and engine, of its objective
     accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
     objective: Objective = Field(default_factory=Objective)  # what the trials' objective and score measure
@@ -218,6 +220,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         exhausted=exhausted,
         stopped=stopped,
         confirmation=store.confirmation(name),
+        draft_schedule=store.draft_schedule(name),
         noise=noise,
         accuracy=accuracy,
         objective=objective,

@@ -8,7 +8,10 @@ built from that version's recorded dump in tests/data/vllm_choices/), `python -m
 vllm.entrypoints.cli.main serve --help=all` with the option lines recorded from that version, and
 `serve MODEL ...` with a small OpenAI-compatible HTTP server: streamed
 chat and completions (words at a fixed pace; two tokens per chunk when a speculative config is
-given, with the spec-decode counters moving in /metrics), /tokenize, /health, and start-up log
+given: 1 + K // 2 tokens per step, each step longer the more requests draft K at once, so the best K
+falls as concurrency rises; with the spec-decode counters moving in /metrics; a schedule
+`num_speculative_tokens_per_batch_size` sets K per requests in flight, and is refused at start by a
+version whose SpeculativeConfig lacks the key), /tokenize, /health, and start-up log
 lines in the wording of that version's recorded logs (the non-default args, the config line with its
 compilation mode and CUDA graph capture sizes, the attention backend; the KV cache size on 0.26.0
 only: no recorded 0.33.0 start reached it). `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
@@ -38,10 +41,19 @@ def recorded_choices(version: str) -> Path:
     return TESTS / "data" / "vllm_choices" / f"vllm-{version}_choices.json"
 
 
-# The recorded dump, read by every module below that stands in for one of vLLM's registries.
+def source_read_keys(version: str) -> Path:
+    """SpeculativeConfig's keys for `version` read from vLLM's source, NOT recorded (the dumps
+    above predate that question); absent for a version no source was read for."""
+    return TESTS / "data" / "vllm_choices" / f"vllm-{version}_speculative_config_keys.json"
+
+
+# The recorded dump, read by every module below that stands in for one of vLLM's registries; where
+# the dump predates the speculative-config question, the keys read from the source stand in for it.
 RECORDED = r'''
-import json
+import json, os
 DUMP = json.load(open({dump!r}))
+if not DUMP.get("speculative_config_keys") and os.path.exists({keys!r}):
+    DUMP["speculative_config_keys"] = json.load(open({keys!r}))["keys"]
 '''
 
 # `vllm serve`'s parser as the dump recorded it: each flag with its choices and default, and the
@@ -74,7 +86,9 @@ def _literal(name: str, key: str) -> str:
 
 REGISTRIES = {
     "vllm/config/cache.py": _literal("CacheDType", "kv_cache_dtypes"),
-    "vllm/config/speculative.py": _literal("SpeculativeMethod", "speculative_methods"),
+    "vllm/config/speculative.py": _literal("SpeculativeMethod", "speculative_methods")
+    + "import dataclasses\n"
+    "SpeculativeConfig = dataclasses.make_dataclass('SpeculativeConfig', DUMP.get('speculative_config_keys', []))\n",
     "vllm/config/kernel.py": _literal("MoEBackend", "moe_backends") + _literal("LinearBackend", "linear_backends"),
     "vllm/model_executor/layers/quantization/__init__.py": _literal("QuantizationMethods", "quantization_methods")
     + "DEPRECATED_QUANTIZATION_METHODS = list(DUMP['deprecated_quantization_methods'])\n",
@@ -83,7 +97,7 @@ REGISTRIES = {
 }
 
 SERVER = r'''
-import argparse, json, os, re, sys, time
+import argparse, json, os, re, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HELP = {help!r}
@@ -135,8 +149,32 @@ else:
 if "{version}" == "0.26.0":  # no recorded 0.33.0 start reached the KV cache sizing
     print("INFO [kv_cache_utils.py:2177] GPU KV cache size: 524,288 tokens", flush=True)
 spec = json.loads(args.speculative_config) if args.speculative_config else None
-per_chunk = 2 if spec else 1
-state = {{"drafts": 0, "accepted": 0, "generations": 0}}
+from vllm._recorded import DUMP
+unknown = sorted(set(spec or {{}}) - set(DUMP.get("speculative_config_keys") or set(spec or {{}})))
+if unknown:  # this version's SpeculativeConfig has no such field
+    print(f"pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n{{unknown[0]}}\n"
+          "  Unexpected keyword argument [type=unexpected_keyword_argument]", flush=True)
+    sys.exit(1)
+MAX_K = int(spec["num_speculative_tokens"]) if spec else 0
+SCHEDULE = (spec or {{}}).get("num_speculative_tokens_per_batch_size") or [[1, 1 << 30, MAX_K]]
+LOCK = threading.Lock()
+state = {{"drafts": 0, "draft_tokens": 0, "accepted": 0, "generations": 0, "in_flight": 0}}
+
+
+def draft_k(batch):
+    """K for this many requests in flight, as the schedule says (the last range carries on)."""
+    k = SCHEDULE[-1][2]
+    for lo, hi, each in SCHEDULE:
+        if lo <= batch <= hi:
+            k = each
+    return min(k, MAX_K)
+
+
+def step(batch):
+    """(tokens one engine step puts out per request, its seconds) with K drafted: the more drafts in
+    a batch, the longer the step, so a long draft pays at one stream and costs at many."""
+    k = draft_k(batch)
+    return 1 + k // 2, 0.004 * (1 + k * k * (batch - 1) / 4)
 # FAKE_VLLM_STALL_AFTER=N: after N generation requests every later one hangs (no byte sent) while
 # /health keeps answering 200, as an engine whose NCCL collective hangs does
 STALL_AFTER = int(os.environ.get("FAKE_VLLM_STALL_AFTER", "-1"))
@@ -171,7 +209,7 @@ class H(BaseHTTPRequestHandler):
             self.reply(200, "vllm:spec_decode_num_drafts_total{{engine=\"0\"}} %d\n"
                             "vllm:spec_decode_num_draft_tokens_total{{engine=\"0\"}} %d\n"
                             "vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\"}} %d\n"
-                            % (state["drafts"], state["drafts"] * 4, state["accepted"]), "text/plain")
+                            % (state["drafts"], state["draft_tokens"], state["accepted"]), "text/plain")
         else:
             self.reply(404, "{{}}")
 
@@ -209,13 +247,23 @@ class H(BaseHTTPRequestHandler):
 
         chat = self.path.endswith("/chat/completions")
         time.sleep(0.01 + 0.00002 * len(prompt.split()))
-        for i in range(0, len(words), per_chunk):
-            piece = " " + " ".join(words[i:i + per_chunk])
-            choice = {{"delta": {{"content": piece}}}} if chat else {{"text": piece}}
-            send({{"choices": [choice]}})
-            if spec:
-                state["drafts"] += 1; state["accepted"] += 1
-            time.sleep(0.004)  # one engine step per chunk: drafting puts several tokens in each
+        with LOCK:
+            state["in_flight"] += 1
+        try:
+            i = 0
+            while i < len(words):
+                per_chunk, seconds = step(state["in_flight"])
+                piece = " " + " ".join(words[i:i + per_chunk])
+                i += per_chunk
+                choice = {{"delta": {{"content": piece}}}} if chat else {{"text": piece}}
+                send({{"choices": [choice]}})
+                if per_chunk > 1:
+                    state["drafts"] += 1; state["accepted"] += per_chunk - 1
+                    state["draft_tokens"] += draft_k(state["in_flight"])
+                time.sleep(seconds)  # one engine step per chunk: drafting puts several tokens in each
+        finally:
+            with LOCK:
+                state["in_flight"] -= 1
         send({{"choices": [], "usage": {{"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}}}})
         send("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
@@ -225,13 +273,24 @@ ThreadingHTTPServer((args.host, args.port), H).serve_forever()
 '''
 
 
+def choices_of(version: str) -> dict:
+    """What the stand-in of `version` answers to the choices question: its recorded dump, with the
+    source-read speculative-config keys where the dump predates that question."""
+    import json
+
+    dump = json.loads(recorded_choices(version).read_text())
+    if not dump.get("speculative_config_keys") and source_read_keys(version).exists():
+        dump["speculative_config_keys"] = json.loads(source_read_keys(version).read_text())["keys"]
+    return dump
+
+
 def write_fake_vllm(root: Path, version: str = "0.26.0") -> Path:
     """Write the fake package of `version` under `root` (put `root` on PYTHONPATH and sys.path to use it)."""
     if version not in VERSIONS:
         raise ValueError(f"no recording of vLLM {version}; recorded: {', '.join(VERSIONS)}")
     files = {
         "vllm/__init__.py": f'__version__ = "{version}"  # FAKE vLLM for tests\n',
-        "vllm/_recorded.py": RECORDED.format(dump=str(recorded_choices(version))),
+        "vllm/_recorded.py": RECORDED.format(dump=str(recorded_choices(version)), keys=str(source_read_keys(version))),
         "vllm/entrypoints/__init__.py": "",
         "vllm/entrypoints/cli/__init__.py": "",
         "vllm/entrypoints/cli/main.py": SERVER.format(help=str(HELP[version]), version=version),
