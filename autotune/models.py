@@ -14,18 +14,30 @@ import statistics
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Scalar = str | int | float | bool | None
 
 
-class Strict(BaseModel):
+class Checked(BaseModel):
+    """A model whose copies name only its own fields: pydantic's `model_copy(update=...)` does not
+    validate, so a renamed field would otherwise be set beside the real one, silently."""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        unknown = sorted(set(update or {}) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(unknown)}")
+        return super().model_copy(update=update, deep=deep)
+
+
+class Strict(Checked):
     model_config = ConfigDict(extra="forbid")
 
 
-class Record(BaseModel):
+class Record(Checked):
     """A finished fact: never mutated after it is made."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

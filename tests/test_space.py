@@ -153,3 +153,20 @@ def test_the_objective_at_n_streams_is_read_from_that_wave_and_relaunches_keep_i
     assert trimmed.concurrency == [1, 8] and trimmed.prefill_tokens == []  # the objective's wave stays
     plain = load_space(write(tmp_path, MINIMAL + "workload: {concurrency: [1, 8]}\n", "plain.yaml"))
     assert objective_only(ctx.model_copy(update={"space": plain})).space.workload.concurrency == [1]
+
+
+def test_a_copy_that_names_a_field_the_model_lacks_is_refused(tmp_path):
+    """pydantic's model_copy(update=...) does not validate: after a field's rename, a copy naming
+    the old name set a stray attribute and kept the real field as it was (the draft schedule's
+    launch kept its gates on through `{"accuracy": False}`)."""
+    from autotune.engines import get_engine
+    from autotune.models import GatePolicy
+    from autotune.trial.run import TrialContext
+
+    space = load_space(write(tmp_path, MINIMAL))
+    ctx = TrialContext(study="s", space=space, model=space.model, engine=get_engine("llamacpp"), logs_dir=tmp_path)
+    with pytest.raises(TypeError, match="TrialContext has no field accuracy"):
+        ctx.model_copy(update={"accuracy": False})
+    assert ctx.model_copy(update={"gates": GatePolicy.NO_ACCURACY}).gates is GatePolicy.NO_ACCURACY
+    with pytest.raises(TypeError, match="SearchSpace has no field knob"):
+        space.model_copy(update={"knob": []})

@@ -19,6 +19,7 @@ from autotune.models import (
     DraftSchedule,
     DraftScheduleReport,
     DraftStep,
+    GatePolicy,
     ScheduleLevel,
     ScheduleStatus,
     SearchSpace,
@@ -128,7 +129,8 @@ def confirm_schedule(
     levels = [x.concurrency for x in report.levels]
     events(f"draft schedule {report.schedule.text()}: one launch against trial {anchor.number}")
     with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, _boxes):
-        run_ctx = objective_only(ctx, concurrency=levels).model_copy(update={"accuracy": False, "port": free_port()})
+        run_ctx = objective_only(ctx, concurrency=levels).model_copy(
+            update={"gates": GatePolicy.NO_ACCURACY, "port": free_port()})
         result = run_trial(run_ctx, candidate, anchor.number, events, log_name=f"draft-schedule-trial-{anchor.number:03d}")
     config = None
     if result.launch is not None:

@@ -28,6 +28,7 @@ from autotune.launchers import launcher_class, open_server
 from autotune.launchers.watchdog import WatchdogLimits
 from autotune.models import (
     AcceptanceSource,
+    Checked,
     CapacityReport,
     Candidate,
     Cluster,
@@ -52,7 +53,7 @@ from autotune.trial.liveness import EngineStalled, StallGuard, stalled_failure
 from autotune.space.candidates import context_tokens, needle_lengths
 
 
-class TrialContext(BaseModel):
+class TrialContext(Checked):
     """Everything a trial needs besides the candidate."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
