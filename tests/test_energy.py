@@ -366,3 +366,16 @@ def test_a_gpu_that_never_reports_idle_gives_no_idle_power(monkeypatch, no_rapl)
     meter.close()
     assert time.monotonic() - started < 2.0
     assert meter.idle_gpu_w is None  # absent, never a busy GPU's power passed off as idle
+
+
+def test_no_idle_wait_when_no_idle_power_is_read(monkeypatch, no_rapl):
+    """NVML gives neither counter nor power: no idle power can be read, so a GPU that never says
+    it is idle must not hold the launch for the settle time."""
+    fake_nvml.install(monkeypatch, [FakeGpu(counter=False, power=False, reasons=0)])
+    meter = EnergyMeter.open(None)
+    assert meter.method is None
+    started = time.monotonic()
+    meter.before_launch(idle_s=0.05, settle_s=30.0)
+    meter.close()
+    assert time.monotonic() - started < 10.0
+    assert meter.idle_gpu_w is None and len(meter.start_state) == 1

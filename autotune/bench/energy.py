@@ -173,8 +173,8 @@ class EnergyMeter:
     def before_launch(self, idle_s: float = IDLE_S, settle_s: float = IDLE_SETTLE_S) -> None:
         """The idle power of the GPUs and CPU packages, and the GPUs' state, before the engine starts.
         The GPUs' idle power is read once each says it is idle (up to `settle_s`); a GPU that never
-        does leaves it absent."""
-        settled = self._settle(settle_s)
+        does leaves it absent; the wait is skipped when no idle power is read."""
+        settled = self._settle(settle_s) if self.method is not None else True
         cpu_before = rapl.read_all(self.zones) if self.zones else None
         t0 = self.clock()
         if self.nvml is not None and self.method is not None:

@@ -134,7 +134,7 @@ class Nvml:
         """Whether NVML gives the GPU's idle reason (clocks down, nothing running); None where the
         reasons cannot be read."""
         mask = self._event_mask(self.handles[gpu])
-        return bool(mask & 0x1) if mask is not None else None
+        return ClockEvent.GPU_IDLE in clock_events(mask) if mask is not None else None
 
     def state(self, gpu: int) -> GpuState:
         handle = self.handles[gpu]
