@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -378,3 +381,15 @@ def test_a_ctrl_c_during_the_clean_up_still_exits_130_with_engines_stopped(monke
     monkeypatch.setattr(cli, "_stop_engines", stop_engines)
     assert cli.main(["search"]) == 130
     assert len(stops) >= 2  # stopped again after the interrupted clean-up
+
+
+def test_a_ctrl_c_inside_string_compiled_code_still_exits_130():
+    """Under `python -m`, CPython ends a run by SIGINT (exit -2) when a KeyboardInterrupt ever ended a
+    string exec, even one autotune caught and handled: seen as rc -2 when Ctrl-C landed in httpx's
+    lazy import of httpcore (its dataclasses) while an engine started."""
+    tests = Path(__file__).resolve().parent
+    proc = subprocess.run([sys.executable, "-m", "fakes.ctrl_c_in_exec", "search"], cwd=tests, text=True,
+                          capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{tests.parent}"})
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "interrupted: engine processes stopped" in proc.stderr
