@@ -27,7 +27,7 @@ import pytest
 from optuna.trial import TrialState
 
 from docker_daemon import daemon_image, labelled, wait_until_none
-from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
+from gemma_space import GEMMA_ON_LLAMACPP
 from procs import engine_pids
 from real_study import ROOT
 
@@ -35,12 +35,24 @@ from autotune.store import Store
 
 pytestmark = pytest.mark.engine
 
+# Long enough (two prompts of 160 tokens, ~10 s on two cores) that the first trial cannot end
+# between its container running and the second's, over ssh too: the kill must find both in flight.
+IN_FLIGHT_WORKLOAD = """workload:
+  decode_max_tokens: 160
+  prompt_sets: [prose]
+  prompts_per_set: 2
+  repeats: 1
+  warmup_requests: 1
+  prefill_tokens: []
+  startup_timeout_s: 120
+"""
+
 SPACE = """
 name: docker-study
 """ + GEMMA_ON_LLAMACPP + """fixed: {{chat_format: gemma, seed: 1234, n_ctx: 2048, flash_attn: false}}
 knobs:
   - {{name: n_threads, values: [1, 2], default: 1}}
-""" + SHORT_WORKLOAD + """gates: {{needle: null, qeval: null}}
+""" + IN_FLIGHT_WORKLOAD + """gates: {{needle: null, qeval: null}}
 """
 
 
@@ -121,7 +133,8 @@ def run_study_through(tmp_path: Path, space: Path, alias: str, cluster: Path, st
     assert "best:" in resumed.stdout
     trials = Store(tmp_path / "runs.db").trials(study)
     killed, rest = trials[:2], trials[2:]
-    assert all(t.status == "crashed" and "ended during this trial without a result" in t.reason for t in killed)
+    assert all(t.status == "crashed" and "ended during this trial without a result" in t.reason for t in killed), \
+        [(t.number, t.status, t.reason) for t in trials]
     assert sorted(t.boxes for t in killed) == [[0], [1]]
     assert sorted(t.candidate.params["n_threads"] for t in rest) == [1, 2] and all(t.status == "ok" for t in rest)
     assert sorted(t.candidate.key() for t in rest) == sorted(t.candidate.key() for t in killed)
