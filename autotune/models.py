@@ -503,6 +503,16 @@ class Objective(Strict):
         return self.energy or self.weighted
 
     @property
+    def speed_fallback(self) -> str:
+        """The tok/s metric of the workload an energy objective ranks (tokens_per_joule's workload,
+        speed_energy's first tok/s term): what to rank by where no energy can be read."""
+        if self.weighted:
+            workload = next((t.workload for t in self.terms if t.quantity is Quantity.TOKENS_PER_S), "prose")
+        else:
+            workload = self.energy_of
+        return f"output_tps_{workload}" if workload.startswith("c") else f"decode_tps_{workload}"
+
+    @property
     def energy_of(self) -> str:
         """tokens_per_joule: the workload whose energy it is (a prompt set or cN)."""
         return self.energy_workload or "prose"

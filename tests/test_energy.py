@@ -301,13 +301,14 @@ def test_a_slowed_launch_joins_no_noise_pool(monkeypatch, no_rapl, tmp_path):
     assert store.launch_groups("h", "llamacpp", "m") == [[100.0, 101.0, 99.0, 100.5]]
 
 
-@pytest.mark.parametrize("objective", [
-    {"metric": "tokens_per_joule"},
-    {"metric": "speed_energy", "weights": [{"quantity": "tokens_per_s", "workload": "prose", "weight": 0.5},
-                                           {"quantity": "tokens_per_joule", "workload": "prose", "weight": 0.5}]},
+@pytest.mark.parametrize(("objective", "instead"), [
+    ({"metric": "tokens_per_joule"}, "decode_tps_prose"),
+    ({"metric": "speed_energy", "weights": [{"quantity": "tokens_per_joule", "workload": "c4", "weight": 0.5},
+                                            {"quantity": "tokens_per_s", "workload": "c4", "weight": 0.5}]},
+     "output_tps_c4"),
 ], ids=["tokens_per_joule", "speed_energy"])
 def test_an_energy_objective_on_a_host_without_energy_exits_3_before_runs_db_opens(tmp_path, monkeypatch, no_rapl,
-                                                                                  capsys, objective):
+                                                                                  capsys, objective, instead):
     from autotune.cli import main
 
     pytest.importorskip("llama_cpp", reason="pip install -e '.[llamacpp]'")
@@ -315,10 +316,12 @@ def test_an_energy_objective_on_a_host_without_energy_exits_3_before_runs_db_ope
     model = placeholder_gguf(tmp_path)
     path = tmp_path / "energy.yaml"
     path.write_text(yaml.safe_dump({"name": "e", "engine": "llamacpp", "model": {"name": "m", "path": str(model)},
-                                    "knobs": [], "objective": objective}))
+                                    "knobs": [], "objective": objective,
+                                    "workload": {"concurrency": [1, 4]}}))
     db = tmp_path / "runs.db"
     assert main(["search", "--space", str(path), "--db", str(db)]) == 3
-    assert "needs the GPU's energy" in capsys.readouterr().err and not db.exists()
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "needs the GPU's energy" in err and f"objective.metric {instead})" in err and not db.exists()
     assert main(["search", "--space", str(path), "--db", str(db), "--dry-run"]) == 0  # a dry run reads nothing
 
 

@@ -204,7 +204,7 @@ def check_energy_readable(space: SearchSpace) -> None:
     if absent is not None:
         raise EnergyUnavailable(f"objective {space.objective.metric} needs the GPU's energy, and this host has "
                                 f"none to read ({absent}); rank by tok/s here (objective.metric "
-                                "decode_tps_geomean), energy is then recorded where readable")
+                                f"{space.objective.speed_fallback}), energy is then recorded where readable")
 def box_pool(cluster_file: Path | None, boxes: int | None) -> Cluster | None:
     """The boxes trials lease (autotune/study/leases.py): every node of the cluster file (None:
     `--boxes N` stand-ins on this host, or one box). `--boxes` with a cluster file is refused."""
