@@ -18,6 +18,7 @@ from autotune.trial.requests import workload_requests
 from autotune.planner.roofline import estimate
 from autotune.commands.search import forecast
 from autotune.output.terminal import ProgressLine, RichReporter
+from autotune.study.relaunches import Relaunch
 from autotune.commands.setup import prepare
 from autotune.space.candidates import baseline, load_space
 from autotune.store import Store
@@ -236,7 +237,7 @@ def test_a_deferred_trial_and_the_gates_relaunch_say_what_they_did(tmp_path):
                         phase_s={"decode": 60.0})
     reporter.trial_started(10, 8, 10, cand)
     reporter.trial_finished(trial, None)
-    reporter.relaunch_started(f"gates of trial 10 (best by score, gates deferred): relaunch {cand.label()}")
+    reporter.relaunch_started(Relaunch.gates(cand, 10))
     passed = [GateOutcome(gate=g, status="pass", detail="ok (measured in a relaunch)") for g in ("needle", "qeval")]
     relaunched = trial.model_copy(update={"deferred": None, "accuracy_relaunched": True, "gates": passed,
                                           "phase_s": {"decode": 60.0, "gates relaunch": 261.2}})
@@ -267,8 +268,8 @@ class Recorder:
     def trial_skipped(self, result) -> None:
         pass
 
-    def relaunch_started(self, text: str) -> None:
-        self.events.append(text)
+    def relaunch_started(self, relaunch) -> None:
+        self.events.append(relaunch.text)
 
     def learned(self, text: str) -> None:
         self.events.append(text)
@@ -373,13 +374,20 @@ def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path)
         reporter.trial_started(number, number + 1, 2, cand)
         reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed",
                                             reason="x", duration_s=60.0), None)
-    reporter.relaunch_started("gates relaunch of trial 1")
+    reporter.relaunch_started(Relaunch.isolation(cand, 1))  # narrowing a failure's class: not the gates relaunch
+    assert reporter.relaunches == 1
+    reporter.relaunch_started(Relaunch.gates(cand, 1))
+    assert reporter.relaunches == 0
     assert reporter._eta(0.0) == pytest.approx(60.0 * 3)  # the launch under way (the relaunch) + 2 confirmation launches
+    for trial in (0, 1):  # the confirmation's two launches count down by their kind, not by their wording
+        reporter.relaunch_started(Relaunch.confirmation(1, 1, trial))
+    assert reporter.confirm_launches == 0
     reporter.close()
     out = console.export_text()
     # 1 of 2: one trial, the relaunch (a trial + its gates) and 2 confirmation launches left
     assert "ETA 6.0 min (median trial 60 s x 1 left + 1 gates relaunch + 2 confirmation launches)" in out
     assert "ETA 5.0 min (median trial 60 s x 0 left + 1 gates relaunch + 2 confirmation launches)" in out
+    assert "isolating class of trial 1: n_threads=1" in out
 
 
 def test_the_forecast_counts_the_noise_relaunches_the_confirmation_does_not_give(space_file, tmp_path):

@@ -31,6 +31,7 @@ from autotune.study.lock import StudyLock, StudyOwner
 from autotune.study.parallel import on_boxes
 from autotune.study.plan import SearchPlan
 from autotune.study.relaunch_cost import relaunch_s
+from autotune.study.relaunches import Relaunch
 from autotune.study.tuner import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
 from autotune.verdict.confirmation import rounds_done
 from autotune.verdict.noise import LaunchNoise
@@ -38,7 +39,7 @@ from autotune.verdict.noise import LaunchNoise
 
 def relaunch_baseline_for_noise(
     plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
-    events: Callable[[str], None], pool: BoxPool | None = None,
+    events: Callable[[str], None], announce: Callable[[Relaunch], None], pool: BoxPool | None = None,
 ) -> int:
     """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study, its
     confirmation rounds' launches counted: the first launch-to-launch spread on a host comes from
@@ -52,7 +53,7 @@ def relaunch_baseline_for_noise(
     made = 0
     for i in range(max(0, budget.how_many_fit(wanted, relaunch_s(outcome.trials, plan.space.objective,
                                                                    plan.store.relaunch_seconds(plan.study))))):
-        events(f"noise relaunch {i + 1}/{wanted}: baseline")
+        announce(Relaunch.noise(i + 1, wanted))
         with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
             again = relaunch(ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
         if again.objective is not None:
@@ -149,9 +150,10 @@ def _run_on_pool(
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)
-    result = _confirm(plan, result, host_key, confirm_rounds, budget, events, pool)
+    announce = reporter.relaunch_started if reporter else (lambda _: None)
+    result = _confirm(plan, result, host_key, confirm_rounds, budget, events, announce, pool)
     # after the confirmation: its rounds relaunched the baseline, and those launches count
-    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events, pool):
+    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events, announce, pool):
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
     return _draft_schedule(plan, result, host_key, budget, events, pool)
 
@@ -175,7 +177,7 @@ def _draft_schedule(
 
 def _confirm(
     plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
-    events: Callable[[str], None], pool: BoxPool | None = None,
+    events: Callable[[str], None], announce: Callable[[Relaunch], None], pool: BoxPool | None = None,
 ) -> StudyOutcome:
     """The best trial against the baseline in interleaved relaunches (autotune/study/confirm.py): the rounds
     of this pair that earlier sittings ran count, and only the missing ones are run. With a box pool
@@ -217,7 +219,7 @@ def _confirm(
     prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.sample_metric, exclude=own)
     with on_boxes(pool if rounds else None, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
         held[0] = boxes
-        store.save_confirmation(confirm(ctx, best, base, rounds, free_port, keep, events, prior, earlier,
+        store.save_confirmation(confirm(ctx, best, base, rounds, free_port, keep, events, announce, prior, earlier,
                                         total=confirm_rounds, clock=budget.clock,
                                         slowed=lambda: store.slowed_samples(host_key, plan.space.engine)))
     cut = None

@@ -31,6 +31,7 @@ from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration
 from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
+from autotune.study.relaunches import Relaunch, RelaunchKind
 from autotune.gates.score import Standing, standing, verdict
 from autotune.study.tuner import StudyOutcome
 
@@ -195,16 +196,10 @@ class RichReporter:
         self._start_status(self.label)
 
     def trial_event(self, text: str) -> None:
-        if self.line is None:  # confirmation rounds report through events only
+        if self.line is None:  # an objective-only relaunch reports through events only
             self.confirming = True
             self._start_status("confirmation")
         assert self.line is not None
-        if text.startswith("confirmation round"):  # one per launch
-            self.confirm_launches = max(0, self.confirm_launches - 1)
-            self.launch_started = time.monotonic()
-        elif text.startswith("noise relaunch"):
-            self.noise_launches = max(0, self.noise_launches - 1)
-            self.launch_started = time.monotonic()
         self.line.update(text)
 
     def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
@@ -272,10 +267,19 @@ class RichReporter:
     def in_flight(self, text: str) -> None:
         self.console.print(f"  [dim]{text}[/]", highlight=False)
 
-    def relaunch_started(self, text: str) -> None:
-        self.relaunches = max(0, self.relaunches - 1)
-        self.console.print(f"[bold]{text}[/]")
-        self._start_status(text.split(":", 1)[0])
+    def relaunch_started(self, relaunch: Relaunch) -> None:
+        if relaunch.kind.objective_only:  # one launch of the ETA's objective-only relaunches
+            if relaunch.kind is RelaunchKind.CONFIRMATION:
+                self.confirm_launches = max(0, self.confirm_launches - 1)
+            else:
+                self.noise_launches = max(0, self.noise_launches - 1)
+            self.launch_started = time.monotonic()
+            self.trial_event(relaunch.text)
+            return
+        if relaunch.kind is RelaunchKind.GATES:
+            self.relaunches = max(0, self.relaunches - 1)
+        self.console.print(f"[bold]{relaunch.text}[/]")
+        self._start_status(relaunch.label)
 
     def close(self) -> None:
         self._stop_status()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from autotune.models import Confirmation, ConfirmationLaunch, GatePolicy, TrialResult
+from autotune.study.relaunches import Relaunch
 from autotune.trial.run import TrialContext, objective_only, run_trial
 from autotune.verdict.confirmation import rounds_done, verdict_of
 from autotune.verdict.noise import LaunchNoise
@@ -47,6 +48,7 @@ def confirm(
     port_for: Callable[[], int],
     keep: KeepLaunch,
     events: Callable[[str], None] = lambda _: None,
+    announce: Callable[[Relaunch], None] = lambda _: None,
     prior: LaunchNoise | None = None,
     earlier: list[ConfirmationLaunch] | None = None,
     total: int | None = None,
@@ -61,7 +63,7 @@ def confirm(
     total = max(total or 0, first - 1 + rounds)
     for round_ in range(first, first + rounds):
         for arm in (baseline, best):
-            events(f"confirmation round {round_}/{total}: trial {arm.number}")
+            announce(Relaunch.confirmation(round_, total, arm.number))
             started = clock()
             result = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
             launches.append(keep(arm, round_, result, clock() - started))

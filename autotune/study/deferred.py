@@ -21,7 +21,7 @@ from pathlib import Path
 
 from autotune.gates.dominated import DominatedCheck, GatesSkipped, SkipKind
 from autotune.gates.score import by_score as score_order
-from autotune.models import Candidate, TrialResult
+from autotune.models import TrialResult
 from autotune.trial.run import TrialContext, objective_only
 
 #: why a faster trial's gates did not run in its own launch
@@ -120,5 +120,3 @@ def gate_the_head(
         save(merge_relaunch(head, result), result)
 
 
-def relaunch_label(candidate: Candidate, number: int) -> str:
-    return f"gates of trial {number} (best by score, gates deferred): relaunch {candidate.label()}"

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.study.deferred import (
     REFERENCE_NEEDLE, gate_the_head, gates_relaunch_context, lazy, optimistic_incumbent, reference_context,
-    relaunch_label,
 )
 from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
@@ -52,6 +51,7 @@ from autotune.gates.numerics import (
 from autotune.study.leases import BoxPool
 from autotune.study.parallel import Flight, Launches, in_flight_text, leased_context, on_boxes
 from autotune.study.relaunch_cost import gates_relaunch_s
+from autotune.study.relaunches import Relaunch
 from autotune.gates.score import constraint_values, evaluate_gates, rank
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store, attempt_boxes
@@ -74,7 +74,7 @@ class Reporter(Protocol):
 
     def trial_skipped(self, result: TrialResult) -> None: ...
 
-    def relaunch_started(self, text: str) -> None: ...
+    def relaunch_started(self, relaunch: Relaunch) -> None: ...
 
     def learned(self, text: str) -> None: ...
 
@@ -94,7 +94,7 @@ class SilentReporter:
     def trial_skipped(self, result: TrialResult) -> None:
         pass
 
-    def relaunch_started(self, text: str) -> None:
+    def relaunch_started(self, relaunch: Relaunch) -> None:
         pass
 
     def learned(self, text: str) -> None:
@@ -397,7 +397,7 @@ class Tuner:
         candidate = make_candidate(self.ctx.space, {**self._knob_values(passed.candidate), **values})
         logs = self.ctx.logs_dir / "class-isolation" / f"{failure.trial:03d}-{step}"
         ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
-        self.reporter.relaunch_started(f"isolating class of trial {failure.trial}: {candidate.label()}")
+        self.reporter.relaunch_started(Relaunch.isolation(candidate, failure.trial))
         with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
             result = self.launch(leased, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
         gates = evaluate_gates(result, reference_of(self.store, self.ctx.study), self.ctx.space.gates)
@@ -700,7 +700,7 @@ class Tuner:
             return outcome_of(self.store, self.ctx.study).trials
 
         def relaunch(trial: TrialResult, logs: Path) -> TrialResult:
-            self.reporter.relaunch_started(relaunch_label(trial.candidate, trial.number))
+            self.reporter.relaunch_started(Relaunch.gates(trial.candidate, trial.number))
             ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
             donor = self._accuracy_donor(trial.candidate, trial.number)
             with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
