@@ -304,7 +304,6 @@ class Tuner:
         self.boxes = boxes
         self.learn_accuracy_classes = learn_accuracy_classes and ctx.gates.accuracy  # autotune.gates.numerics
         self.store = store
-        self.pruner = pruner
         self.host_key = host_key
         self.trials = trials
         self.seed = seed
@@ -318,10 +317,10 @@ class Tuner:
         self.launch = launch
         # read once, then extended by this run's own failures: the pruner asks per candidate
         self.failures = store.learned_failures(host_key, ctx.space.engine)
-        pruner.add(self._learned_failure)
         # numerics classes that failed an accuracy gate in this study (autotune.gates.numerics)
         self.accuracy_failures = store.accuracy_failures(ctx.study)
-        pruner.add(self._failed_class)
+        # the given checks and this study's learned ones; the caller's pruner is left as it was
+        self.pruner = Pruner([*pruner.checks, self._learned_failure, self._failed_class])
 
     def _learned_failure(self, candidate: Candidate) -> str | None:
         for failure in self.failures:
