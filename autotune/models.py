@@ -312,6 +312,24 @@ WEIGHTED_OBJECTIVE = "speed_energy"
 WORKLOAD_PATTERN = r"prose|structured|c([2-9]|[1-9]\d+)"
 
 
+# One metric vocabulary: a measurement is named FAMILY.WORKLOAD (decode_tps.prose, output_tps.c8,
+# tokens_per_gpu_joule.c8); an objective names the same tok/s as FAMILY_WORKLOAD (decode_tps_prose,
+# output_tps_c8). These functions are the only places one is turned into the other.
+def tps_measurement(workload: str) -> str:
+    """The tok/s measurement of a workload: one stream's decode of a prompt set, or a wave's output."""
+    return f"output_tps.{workload}" if workload.startswith("c") else f"decode_tps.{workload}"
+
+
+def tps_objective(workload: str) -> str:
+    """The objective metric that ranks by the tok/s of a workload."""
+    return tps_measurement(workload).replace(".", "_", 1)
+
+
+def objective_workload(metric: str) -> str:
+    """The workload of a tok/s objective metric (decode_tps_prose -> prose, output_tps_c8 -> c8)."""
+    return metric.split("_", 2)[2]
+
+
 def wilson_interval(good: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval of a share of good requests (scipy's binomtest)."""
     from scipy.stats import binomtest
@@ -406,7 +424,7 @@ class WeightedTerm(Strict):
         """The measurement the term reads (autotune/bench/throughput.py, autotune/bench/energy.py)."""
         if self.quantity is Quantity.TOKENS_PER_JOULE:
             return f"tokens_per_gpu_joule.{self.workload}"
-        return f"output_tps.{self.workload}" if self.wave else f"decode_tps.{self.workload}"
+        return tps_measurement(self.workload)
 
     def describe(self) -> str:
         """The factor as a caption says it: (tok/s prose)^0.5."""
@@ -510,7 +528,7 @@ class Objective(Strict):
             workload = next((t.workload for t in self.terms if t.quantity is Quantity.TOKENS_PER_S), "prose")
         else:
             workload = self.energy_of
-        return f"output_tps_{workload}" if workload.startswith("c") else f"decode_tps_{workload}"
+        return tps_objective(workload)
 
     @property
     def energy_of(self) -> str:
@@ -529,6 +547,18 @@ class Objective(Strict):
     def capacity(self) -> bool:
         """Whether the objective is capacity_at_slo (concurrent streams, not tok/s)."""
         return self.metric == CAPACITY_OBJECTIVE
+
+    @property
+    def measurement_name(self) -> str | None:
+        """The one measurement the objective reads; None where it reads several (decode_tps_geomean:
+        every prompt set's decode, speed_energy: its terms)."""
+        if self.weighted or self.metric == "decode_tps_geomean":
+            return None
+        if self.capacity:
+            return self.metric
+        if self.energy:
+            return f"tokens_per_gpu_joule.{self.energy_of}"
+        return tps_measurement(objective_workload(self.metric))
 
     @property
     def concurrency(self) -> int | None:

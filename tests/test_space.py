@@ -170,3 +170,18 @@ def test_a_copy_that_names_a_field_the_model_lacks_is_refused(tmp_path):
     assert ctx.model_copy(update={"gates": GatePolicy.NO_ACCURACY}).gates is GatePolicy.NO_ACCURACY
     with pytest.raises(TypeError, match="SearchSpace has no field knob"):
         space.model_copy(update={"knob": []})
+
+
+def test_an_objective_and_its_measurement_spell_a_metric_one_way():
+    """The objective's metric and the measurement it reads meet in one vocabulary (models.py)."""
+    from autotune.models import Objective, objective_workload, tps_measurement, tps_objective
+
+    for workload in ("prose", "structured", "c8", "c32"):
+        metric = tps_objective(workload)
+        assert objective_workload(metric) == workload
+        assert Objective(metric=metric).measurement_name == tps_measurement(workload)
+    assert tps_measurement("c8") == "output_tps.c8" and tps_measurement("prose") == "decode_tps.prose"
+    assert Objective().measurement_name is None  # decode_tps_geomean reads every prompt set
+    assert Objective(metric="tokens_per_joule", energy_workload="c8").measurement_name == "tokens_per_gpu_joule.c8"
+    slo = {"ttft_ms": 1000, "itl_ms": 50}
+    assert Objective(metric="capacity_at_slo", slo=slo).measurement_name == "capacity_at_slo"

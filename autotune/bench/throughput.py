@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.client import ChatClient
 from autotune.bench.needle import Haystack, fit_sentence_count
-from autotune.models import Measurement, Objective, Quantity, RequestResult, Workload
+from autotune.models import Measurement, Objective, Quantity, RequestResult, Workload, tps_measurement
 
 PromptBuilder = Callable[[int, str], Awaitable[str]]
 
@@ -143,7 +143,7 @@ async def measure_decode(client: ChatClient, set_name: str, workload: Workload) 
     per_request = f"{setting}; median over {len(ttfts)} requests"
     out = [
         Measurement.of(
-            f"decode_tps.{set_name}",
+            tps_measurement(set_name),
             "tok/s",
             f"decode tok/s, {setting}; median of {len(per_pass)} passes, each the geometric mean over prompts",
             per_pass,
@@ -252,7 +252,7 @@ async def measure_concurrency(client: ChatClient, workload: Workload) -> list[Me
         total = sum(r.n_out or 0 for r in ok)
         out.append(
             Measurement.of(
-                f"output_tps.c{level}",
+                tps_measurement(f"c{level}"),
                 "tok/s",
                 f"aggregate output tok/s, {level} concurrent prose requests, "
                 f"{length_condition(workload)} each; one wave",
@@ -306,18 +306,16 @@ def objective_value(measurements: list[Measurement], objective: Objective) -> tu
     metric = objective.metric
     if objective.weighted:
         return weighted_value(by_name, objective)
+    name = objective.measurement_name
     if objective.capacity or objective.energy:  # one value per launch: no within-launch spread to take off
-        name = f"tokens_per_gpu_joule.{objective.energy_of}" if objective.energy else metric
-        found = by_name.get(name)
+        found = by_name.get(name) if name else None
         if found is None:
             why = " (no GPU energy counter or power reading on this host)" if objective.energy else ""
             raise MeasurementFailed(f"objective {metric}: nothing measured{why}")
         return found.median, found.median
-    if metric == "decode_tps_geomean":
+    if name is None:  # decode_tps_geomean: every prompt set's decode
         parts = [m for n, m in by_name.items() if n.startswith("decode_tps.")]
     else:
-        level = objective.concurrency
-        name = f"output_tps.c{level}" if level else "decode_tps." + metric.removeprefix("decode_tps_")
         parts = [by_name[name]] if name in by_name else []
     if not parts:
         raise MeasurementFailed(f"objective {metric}: nothing measured")

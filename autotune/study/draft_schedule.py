@@ -24,6 +24,7 @@ from autotune.models import (
     ScheduleStatus,
     SearchSpace,
     TrialResult,
+    tps_measurement,
 )
 from autotune.study.leases import BoxPool
 from autotune.study.parallel import on_boxes
@@ -40,7 +41,7 @@ KNOBS = ("draft_k", "draft_schedule")
 
 def level_metric(level: int) -> str:
     """The measurement of one concurrency level: single-stream decode at 1, a wave's output above."""
-    return "decode_tps" if level <= 1 else f"output_tps.c{level}"
+    return "decode_tps" if level <= 1 else tps_measurement(f"c{level}")
 
 
 def tps_at(trial: TrialResult, level: int) -> float | None:
