@@ -610,11 +610,11 @@ def _wave(case: _Case, mem: _Memory, decode: _Decode, level: int, pool: int | No
     parts, notes = decode.parts, case.notes
     if decode.gain is not None and decode.gain != 1.0:
         notes.assume("batch > 1: no speculative gain (drafting at batch is not modelled)")
-    touched = _experts_touched(case.model, batch) if _expert_share(case.model) else 1.0
-    if touched is None or (case.model.is_moe and not _expert_share(case.model)):
-        notes.missing("MoE batch reads", "expert counts unknown: a batch reads one token's experts, an upper bound")
-        touched = 1.0
-    read_weights = _weights_read(case, mem, parts.active_fraction, touched)
+    touched = _experts_touched(case.model, batch) if _expert_share(case.model) else None
+    if touched is None and case.model.is_moe:
+        notes.assume("batch reads: params_active_b < params_total_b without expert counts, so a batch is counted "
+                     "as reading one token's active weights (an MoE batch touches more experts: output an upper bound)")
+    read_weights = _weights_read(case, mem, parts.active_fraction, touched or 1.0)
     terms = {
         DecodeBound.WEIGHTS: read_weights / parts.bandwidth / parts.efficiency,
         DecodeBound.KV_READ: batch * parts.read_kv / parts.bandwidth / parts.efficiency,
