@@ -128,6 +128,9 @@ def test_the_h200_profile_carries_the_fit_of_its_bf16_rows():
 
 def test_the_h200_fit_predicts_the_held_out_fp8_waves_within_25_percent():
     space = load_space(str(ROOT / "benchmarks" / "spaces" / "vllm-llama3.1-8b-dense.yaml"))
+    # the shape's config.json sizes the LM head that online fp8 keeps at 16 bits
+    shape = space.model.model_copy(update={"path": str(ROOT / "model_shapes" / "llama3.1-8b")})
+    space = space.model_copy(update={"model": shape})
     fp8 = Candidate(engine="vllm", params={**space.baseline_params(), "quantization": "fp8"})
     est = estimate(space, fp8, get_profile("h200"), 1)
     for launcher, _, c8, c32 in FP8_HELD_OUT:

@@ -12,6 +12,13 @@ Decode (one stream):
     tok/s     = acceptance length / (step time x drafting cost)
 Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
 
+A wave of N streams (workload.concurrency >= 2) decodes at batch B = min(N, the engine's cap
+(vLLM max_num_seqs; llama.cpp one at a time), the requests the KV pool holds):
+    step(B) = max((weights read by B tokens + B x one stream's KV) / bandwidth / decode_efficiency
+                  + TP all-reduce + step overhead + (B - 1) x stream_step_overhead,
+                  B x 2 x active params / peak FLOPS)
+    output tok/s = B / step(B)   (requests beyond B queue; no speculative gain at B > 1)
+
 Efficiencies are fitted from published measurements (autotune/planner/calibration.py,
 hardware_profiles.yaml). The model facts come from autotune/model/config.py; the plan's table is
 autotune/output/terminal.py's.
