@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.hardware.profiles import calibration_points, get_profile  # noqa: E402
 from autotune.models import Candidate  # noqa: E402
-from autotune.planner.calibration import _stream_overheads_ms, calibrate  # noqa: E402
+from autotune.planner.calibration import calibrate, stream_overheads_ms  # noqa: E402
 from autotune.planner.roofline import estimate  # noqa: E402
 from autotune.models import SearchSpace  # noqa: E402
 from autotune.space import candidates  # noqa: E402
@@ -59,7 +59,7 @@ def fit_lines() -> list[str]:
     hardware = get_profile("h200")
     lines = []
     for point in calibration_points("h200")["stream_step_overhead"]:
-        per_level = _stream_overheads_ms(point, hardware)
+        per_level = stream_overheads_ms(point, hardware)
         lines.append(f"  fit point {point['name']}: " + ", ".join(f"{ms:.4f} ms" for ms in per_level))
     fitted = calibrate("h200")["stream_step_overhead_ms"]
     lines.append(f"  median = {fitted:.4f} ms (profile: {hardware.stream_step_overhead_ms:g} ms)")

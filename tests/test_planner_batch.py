@@ -150,3 +150,25 @@ def test_llamacpp_serves_one_request_at_a_time():
     wave = est.streams.waves[4]
     assert wave.batch == 1 and wave.limit is BatchLimit.ENGINE
     assert wave.output_tps == est.decode_tps
+
+
+def test_the_plan_table_shows_a_column_per_wave_and_marks_a_capped_batch():
+    from rich.console import Console
+
+    from autotune.output.terminal import render_plan_table
+    from autotune.planner.roofline import plan
+    from autotune.space.candidates import enumerate_candidates
+
+    space = SearchSpace.model_validate({
+        "name": "t", "engine": "vllm", "model": DENSE_8B, "fixed": {"max_model_len": 8192},
+        "knobs": [{"name": "max_num_seqs", "values": [None, 4], "default": None}],
+        "workload": {"concurrency": [1, 8]},
+    })
+    report = plan(space, list(enumerate_candidates(space)), get_profile("h200"), 1)
+    console = Console(record=True, width=220)
+    console.print(render_plan_table(report))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "TPxPP" in line)
+    assert header.index(" bound ") < header.index(" c8 ") < header.index(" prefill ")
+    assert "(B=4)" in text
+    assert report.kept[0].streams.waves[8].limit is BatchLimit.REQUESTS

@@ -96,12 +96,12 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
         out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
     shipped_steps = fitted.model_copy(update={"step_overhead_ms": out["step_overhead_ms"],
                                               "eager_step_overhead_ms": out["eager_step_overhead_ms"]})
-    per_stream = [ms for point in points.get("stream_step_overhead", []) for ms in _stream_overheads_ms(point, shipped_steps)]
+    per_stream = [ms for point in points.get("stream_step_overhead", []) for ms in stream_overheads_ms(point, shipped_steps)]
     out["stream_step_overhead_ms"] = statistics.median(per_stream) if per_stream else None
     return out
 
 
-def _stream_overheads_ms(point: dict[str, Any], hardware: HardwareProfile) -> list[float]:
+def stream_overheads_ms(point: dict[str, Any], hardware: HardwareProfile) -> list[float]:
     """Per wave of N streams in `point`: (measured step at N - measured step at one - what the
     planner adds for N - 1 more streams without the per-stream cost) / (N - 1), in ms."""
     space, candidate, nodes = _calibration_case(point)
