@@ -17,7 +17,15 @@ from pathlib import PurePosixPath
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 Scalar = str | int | float | bool | None
 
@@ -116,6 +124,10 @@ class HardwareProfile(Strict):
     )
     eager_step_overhead_ms: float | None = Field(
         None, description="fixed time per decode step without CUDA graphs (enforce_eager), fitted"
+    )
+    stream_step_overhead_ms: float | None = Field(
+        None, description="time each stream beyond the first adds to a decode step (per-request scheduling, "
+        "sampling, attention metadata), fitted from waves of N streams; None = not measured, counted as 0",
     )
     nominal_cores: int | None = Field(None, description="cpu profile: cores its flops figure assumes")
     cpu_cores: int | None = Field(
@@ -1791,9 +1803,43 @@ class DecodeBound(str, Enum):
     COMMUNICATION = "communication"  # tensor-parallel all-reduces
     STEP_OVERHEAD = "step_overhead"  # the fixed per-step time (scheduling, launches, sampling)
     COMPUTE = "compute"  # the step's FLOPs at the profile's peak; not part of the step time (see decode_terms_ms)
+    STREAM_OVERHEAD = "stream_overhead"  # batch > 1: the time each added stream costs a step
 
     def __str__(self) -> str:
         return self.value
+
+
+class BatchLimit(str, Enum):
+    """What sets the batch a wave of N requests decodes at."""
+
+    REQUESTS = "requests"  # all N decode together
+    ENGINE = "engine"  # the engine's cap: vLLM max_num_seqs, llama.cpp's one request at a time
+    KV_POOL = "kv_pool"  # the KV pool holds fewer than N requests
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WaveEstimate(Record):
+    """The planner's prediction for one wave of N concurrent requests."""
+
+    batch: int = Field(description="streams decoded per step: N, or fewer where the engine or the KV pool caps it "
+                       "(the rest queue, so output does not grow past the batch's)")
+    limit: BatchLimit
+    step_ms: float = Field(description="one decode step at the batch: the larger of weights + batch x KV read + "
+                           "communication + step overhead + (batch - 1) x stream overhead, and the batch's FLOPs at peak")
+    bound: DecodeBound = Field(description="compute when the FLOPs take longer than the sum, else its largest term")
+    output_tps: float = Field(description="batch / step: aggregate output tok/s (no speculative gain at batch > 1)")
+
+
+class StreamsEstimate(Record):
+    """What the planner predicts for N concurrent streams: the capacity bound and each wave."""
+
+    pool_streams: int | None = Field(
+        None, description="the capacity bound: requests the memory-fit KV pool holds at the planner's request "
+        "length (DECODE_PROMPT_TOKENS + decode_max_tokens); None when the pool is unknown",
+    )
+    waves: dict[int, WaveEstimate] = Field(default_factory=dict, description="per level N >= 2 of workload.concurrency")
 
 
 class PlanEstimate(Record):
@@ -1826,8 +1872,19 @@ class PlanEstimate(Record):
         "step_overhead (compute is shown beside it: the roofline counts bytes, so a compute-bound step "
         "makes decode_tps an upper bound)",
     )
+    streams: StreamsEstimate | None = Field(
+        None, description="set when the workload has concurrency levels >= 2 or the objective is capacity_at_slo "
+        "(left out of the JSON otherwise)",
+    )
     unknown: list[str] = []
     assumptions: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _without_unset_streams(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if self.streams is None:
+            out.pop("streams", None)
+        return out
 
     def predicted(self) -> dict[str, float]:
         """The numbers a TrialResult keeps under `predicted`."""
@@ -1836,7 +1893,14 @@ class PlanEstimate(Record):
             out["decode_tps"] = self.decode_tps
         if self.prefill_tps is not None:
             out["prefill_tps"] = self.prefill_tps
+        for level, wave in (self.streams.waves if self.streams else {}).items():
+            out[f"output_tps_c{level}"] = wave.output_tps
         return out
+
+    def output_tps_at(self, level: int) -> float | None:
+        """Predicted output tok/s of a wave of `level` streams (None when not estimated)."""
+        wave = self.streams.waves.get(level) if self.streams else None
+        return wave.output_tps if wave else None
 
 
 class PlanReport(Record):

@@ -34,6 +34,7 @@ from autotune.models import (
     Workload,
     wilson_interval,
 )
+from autotune.planner.roofline import streams_held
 
 #: streams -> that level's result
 LevelMeasurer = Callable[[int], Awaitable[LevelResult]]
@@ -243,7 +244,7 @@ async def fit_streams(client: ChatClient, workload: Workload, kv_pool_tokens: in
     if kv_pool_tokens is None:
         return None
     longest = max([await client.count_tokens(p) for p in workload_prompts(workload)])
-    return max(kv_pool_tokens // (longest + workload.decode_max_tokens), 1)
+    return streams_held(kv_pool_tokens, longest + workload.decode_max_tokens)
 
 
 def measurements(report: CapacityReport) -> list[Measurement]:

@@ -241,6 +241,10 @@ class Engine(ABC):
         """CPU threads one decode step runs on (None: not a CPU engine, no thread term)."""
         return None
 
+    def max_batch(self, params: Knobs) -> int | None:
+        """The most requests one decode step batches under these settings (None: no cap the planner knows)."""
+        return None
+
     def spec_method(self, params: Knobs) -> str | None:
         """The speculation method these settings draft with (None when they name none)."""
         method = params.get("spec_method")

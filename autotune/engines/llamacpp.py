@@ -185,6 +185,9 @@ class LlamaCppEngine(Engine):
         threads = params.get("n_threads")
         return int(threads) if isinstance(threads, int | float) and threads > 0 else max(cpu_cores // 2, 1)
 
+    def max_batch(self, params: Knobs) -> int:
+        return 1  # llama-cpp-python's server decodes one request at a time: the rest queue for its model lock
+
     def kv_element_bytes(self, params: Knobs, model_dtype_bits: float | None, notes: PlanNotes) -> float | None:
         types = [params.get("type_k") or "f16", params.get("type_v") or "f16"]
         unknown = [t for t in types if t not in KV_BYTES]

@@ -253,6 +253,12 @@ class VllmEngine(Engine):
     def eager(self, params: Knobs) -> bool:
         return params.get("enforce_eager") is True
 
+    def max_batch(self, params: Knobs) -> int | None:
+        # unset: vLLM picks its own default by GPU and logs it at DEBUG only (vllm_log.py); the planner
+        # takes it as no cap, which holds for the waves the shipped spaces send (32 streams at most)
+        seqs = params.number("max_num_seqs")
+        return int(seqs) if seqs else None
+
     def cuda_graphs(self, params: Knobs) -> bool:
         mode = params.get("cudagraph_mode")
         return not self.eager(params) and not (isinstance(mode, str) and mode.upper() == "NONE")

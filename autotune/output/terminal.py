@@ -774,7 +774,21 @@ _BOUND_WORDS = {
     DecodeBound.COMMUNICATION: "TP comm",
     DecodeBound.STEP_OVERHEAD: "per-step",
     DecodeBound.COMPUTE: "compute",
+    DecodeBound.STREAM_OVERHEAD: "per-stream",
 }
+
+
+def _wave_levels(report: PlanReport) -> list[int]:
+    """The concurrency levels any kept candidate has a wave prediction for (none: no cN columns)."""
+    return sorted({n for est in report.kept if est.streams for n in est.streams.waves})
+
+
+def _plan_wave(est: PlanEstimate, level: int) -> str:
+    """`4,692`, or `1,050 (B=4)` when the engine or the KV pool decodes fewer than `level` at once."""
+    wave = est.streams.waves.get(level) if est.streams else None
+    if wave is None:
+        return "?"
+    return _plan_fmt(wave.output_tps, 0) + (f" (B={wave.batch})" if wave.batch < level else "")
 
 
 def plan_bound(est: PlanEstimate) -> str:
@@ -800,6 +814,10 @@ def render_plan_table(report: PlanReport) -> Table:
         "bound: the largest term of the decode step and its share (weights, KV read, TP comm, per-step: the fixed time a step takes; "
         "compute: FLOPs at peak, an upper-bound warning)",
     ]
+    levels = _wave_levels(report)
+    if levels:
+        caption.append("cN: predicted output tok/s of a wave of N streams (B=b: the engine's max_num_seqs or the KV "
+                       "pool decodes only b at once, the rest queue)")
     if shared:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
@@ -812,7 +830,8 @@ def render_plan_table(report: PlanReport) -> Table:
     )
     # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
     table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound", "prefill"):
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound",
+                 *(f"c{n}" for n in levels), "prefill"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("note", overflow="fold", min_width=12)
     for est, words in zip(rows, tokens):
@@ -825,7 +844,8 @@ def render_plan_table(report: PlanReport) -> Table:
             if est.kv_pool_tokens is not None:
                 notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
             table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), plan_bound(est),
-                          _plan_fmt(est.prefill_tps, 0), "; ".join(notes))
+                          *(_plan_wave(est, n) for n in levels), _plan_fmt(est.prefill_tps, 0), "; ".join(notes))
         else:
-            table.add_row(label, layout, *memory, "-", "-", "-", f"dropped: {est.reason}", style="dim")
+            table.add_row(label, layout, *memory, "-", "-", *("-" for _ in levels), "-", f"dropped: {est.reason}",
+                          style="dim")
     return table

@@ -3,7 +3,8 @@
 The planner's roofline (efficiency 1, no step overhead) is held against each calibration point:
 decode and prefill efficiency are the median measured / predicted ratio, the all-reduce step comes
 from decode at TP1 and TP=n on n nodes, the fixed per-step time from what a small model's
-measured step takes beyond its memory time.
+measured step takes beyond its memory time, the per-stream step cost from how much longer a step
+of a wave of N streams takes than a step of one, beyond the N streams' KV reads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.hardware.profiles import calibration_points, get_profile
-from autotune.models import Candidate, HardwareProfile, ModelSpec, SearchSpace
+from autotune.models import Candidate, DecodeBound, HardwareProfile, ModelSpec, SearchSpace, Workload
 from autotune.planner.roofline import estimate
 
 
@@ -42,9 +43,11 @@ def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: i
 
 def _calibration_case(point: dict[str, Any]) -> tuple[SearchSpace, Candidate, int]:
     params = point.get("params", {})
+    waves = sorted(int(level) for level in point.get("output_tps", {}))
+    workload = Workload(**point.get("workload", {}), concurrency=[1, *waves])
     space = SearchSpace(
         name=point["name"], engine=point.get("engine", "vllm"), model=ModelSpec(**point["model"]),
-        fixed=params, knobs=[],
+        fixed=params, knobs=[], workload=workload,
     )
     return space, Candidate(engine=space.engine, params=params), int(point.get("nodes", 1))
 
@@ -91,4 +94,24 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
                 raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
             overheads.append(1000 / float(point["measured_tps"]) - 1000 / predicted)
         out[f"{kind}_ms"] = statistics.median(overheads) if overheads else None
+    shipped_steps = fitted.model_copy(update={"step_overhead_ms": out["step_overhead_ms"],
+                                              "eager_step_overhead_ms": out["eager_step_overhead_ms"]})
+    per_stream = [ms for point in points.get("stream_step_overhead", []) for ms in stream_overheads_ms(point, shipped_steps)]
+    out["stream_step_overhead_ms"] = statistics.median(per_stream) if per_stream else None
+    return out
+
+
+def stream_overheads_ms(point: dict[str, Any], hardware: HardwareProfile) -> list[float]:
+    """Per wave of N streams in `point`: (measured step at N - measured step at one - what the
+    planner adds for N - 1 more streams without the per-stream cost) / (N - 1), in ms."""
+    space, candidate, nodes = _calibration_case(point)
+    est = estimate(space, candidate, hardware.model_copy(update={"stream_step_overhead_ms": None}), nodes)
+    if est.decode_tps is None or est.streams is None or not est.streams.waves:
+        raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+    one_ms = 1000 / float(point["measured_tps"])
+    out = []
+    for level, measured in point["output_tps"].items():
+        wave = est.streams.waves[int(level)]
+        added_ms = wave.step_ms - sum(v for k, v in est.decode_terms_ms.items() if k is not DecodeBound.COMPUTE)
+        out.append((1000 * wave.batch / float(measured) - one_ms - added_ms) / (wave.batch - 1))
     return out

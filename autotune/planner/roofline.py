@@ -12,6 +12,13 @@ Decode (one stream):
     tok/s     = acceptance length / (step time x drafting cost)
 Prefill: prefill_efficiency x TFLOPS x TP / (2 x active params), linear layers only.
 
+A wave of N streams (workload.concurrency >= 2) decodes at batch B = min(N, the engine's cap
+(vLLM max_num_seqs; llama.cpp one at a time), the requests the KV pool holds):
+    step(B) = max((weights read by B tokens + B x one stream's KV) / bandwidth / decode_efficiency
+                  + TP all-reduce + step overhead + (B - 1) x stream_step_overhead,
+                  B x 2 x active params / peak FLOPS)
+    output tok/s = B / step(B)   (requests beyond B queue; no speculative gain at B > 1)
+
 Efficiencies are fitted from published measurements (autotune/planner/calibration.py,
 hardware_profiles.yaml). The model facts come from autotune/model/config.py; the plan's table is
 autotune/output/terminal.py's.
@@ -30,6 +37,7 @@ from autotune.errors import ConfigError
 from autotune.hardware.profiles import parallel_layout
 from autotune.model.config import ModelFacts, model_facts
 from autotune.models import (
+    BatchLimit,
     Candidate,
     DecodeBound,
     HardwareProfile,
@@ -37,6 +45,8 @@ from autotune.models import (
     PlanReport,
     Scalar,
     SearchSpace,
+    StreamsEstimate,
+    WaveEstimate,
 )
 
 GB = 1e9
@@ -282,14 +292,23 @@ def _spec(engine: Engine, params: Knobs, facts: ModelFacts, notes: _Notes) -> tu
     )
     expert_factor = 1.0
     if facts.is_moe:
-        if facts.n_experts and facts.experts_per_tok:
-            e, a = facts.n_experts, facts.experts_per_tok
-            # k+1 verified tokens touch this many experts per layer, relative to one token's a
-            expert_factor = (e / a) * (1 - (1 - a / e) ** (k + 1))
-            notes.assume(f"verifying {k + 1} tokens reads {expert_factor:.2f}x the experts of one ({a} of {e})")
+        touched = _experts_touched(facts, k + 1)
+        if touched is not None:
+            expert_factor = touched
+            notes.assume(f"verifying {k + 1} tokens reads {expert_factor:.2f}x the experts of one "
+                         f"({facts.experts_per_tok} of {facts.n_experts})")
         else:
             notes.missing("MoE verify cost", "n_experts / experts_per_tok not given; decode is an upper bound")
     return length, cost, expert_factor
+
+
+def _experts_touched(facts: ModelFacts, tokens: int) -> float | None:
+    """Experts per layer that `tokens` tokens of one step touch, relative to one token's
+    experts_per_tok (uniform routing); None when the expert counts are unknown."""
+    e, a = facts.n_experts, facts.experts_per_tok
+    if not (e and a):
+        return None
+    return (e / a) * (1 - (1 - a / e) ** tokens)
 
 
 def _expert_share(facts: ModelFacts) -> float:
@@ -417,10 +436,23 @@ def _fit_reason(case: _Case, mem: _Memory) -> str | None:
 
 
 @dataclass(frozen=True)
+class _StepParts:
+    """What a decode step costs besides its weights read, and how bytes are priced: for any batch."""
+
+    active_fraction: float  # share of the weights one token reads
+    read_kv: float  # bytes of one stream's KV at the mean context, per GPU
+    bandwidth: float  # bytes/s
+    efficiency: float
+    comm_s: float
+    overhead_s: float
+
+
+@dataclass(frozen=True)
 class _Decode:
     tps: float | None = None  # one stream
     gain: float | None = None  # speculative decoding
     terms_s: dict[DecodeBound, float] = field(default_factory=dict)  # per target step
+    parts: _StepParts | None = None  # None when the weights read is unknown
 
     @property
     def bound(self) -> DecodeBound | None:
@@ -457,15 +489,7 @@ def _decode(case: _Case, mem: _Memory) -> _Decode:
     length, cost, expert_factor = _spec(case.engine, case.params, model, notes)
     if mem.weights is None or fraction is None:
         return _Decode()
-    share = _expert_share(model)
-    read_weights = mem.weights * fraction * ((1 - share) + share * expert_factor) / tp
-    if mem.kept16 and model.params_total_b:
-        # the 16-bit LM head is read whole every step; the rest at the quantized bits
-        head = _embedding_params(model)[1]
-        active = (model.params_active_b or model.params_total_b) * 1e9
-        body_fraction = min(1.0, (active - head) / (model.params_total_b * 1e9 - mem.kept16))
-        body = (mem.weights - mem.kept16 * 2) * body_fraction
-        read_weights = (body * ((1 - share) + share * expert_factor) + head * 2) / tp
+    read_weights = _weights_read(case, mem, fraction, expert_factor)
     mean_ctx = DECODE_PROMPT_TOKENS + case.space.workload.decode_max_tokens // 2
     mean_ctx = min(mean_ctx, mem.context) if mem.context else mean_ctx
     if mem.shape is not None:
@@ -510,7 +534,110 @@ def _decode(case: _Case, mem: _Memory) -> _Decode:
         if compute_s > max(v for key, v in terms.items() if key is not DecodeBound.COMPUTE):
             notes.assume("compute-bound: the step's FLOPs at peak take longer than its memory reads; "
                          "the roofline counts bytes, so decode is an upper bound")
-    return _Decode(tps=length / (step_s * cost), gain=length / cost, terms_s=terms)
+    parts = _StepParts(active_fraction=fraction, read_kv=read_kv, bandwidth=bandwidth, efficiency=efficiency,
+                       comm_s=comm_s, overhead_s=overhead_s)
+    return _Decode(tps=length / (step_s * cost), gain=length / cost, terms_s=terms, parts=parts)
+
+
+def _weights_read(case: _Case, mem: _Memory, fraction: float, expert_factor: float) -> float:
+    """Weight bytes one step reads per GPU; `expert_factor`: the routed experts it touches relative
+    to one token's (speculative verification, a batch)."""
+    model, tp = case.model, case.tp
+    assert mem.weights is not None
+    share = _expert_share(model)
+    read_weights = mem.weights * fraction * ((1 - share) + share * expert_factor) / tp
+    if mem.kept16 and model.params_total_b:
+        # the 16-bit LM head is read whole every step; the rest at the quantized bits
+        head = _embedding_params(model)[1]
+        active = (model.params_active_b or model.params_total_b) * 1e9
+        body_fraction = min(1.0, (active - head) / (model.params_total_b * 1e9 - mem.kept16))
+        body = (mem.weights - mem.kept16 * 2) * body_fraction
+        read_weights = (body * ((1 - share) + share * expert_factor) + head * 2) / tp
+    return read_weights
+
+
+# ---------------------------------------------------------------- N concurrent streams
+
+
+def streams_held(pool_tokens: int, request_tokens: int) -> int:
+    """Requests of `request_tokens` tokens a KV pool of `pool_tokens` holds; at least one (the engine
+    starts only when one full context fits)."""
+    return max(pool_tokens // request_tokens, 1)
+
+
+def _streams(case: _Case, mem: _Memory, decode: _Decode) -> StreamsEstimate | None:
+    """The capacity bound and each wave of workload.concurrency >= 2; None when the workload has no
+    such level and the objective is not capacity_at_slo."""
+    workload = case.space.workload
+    levels = sorted({n for n in workload.concurrency if n > 1})
+    if not levels and not case.space.objective.capacity:
+        return None
+    request = DECODE_PROMPT_TOKENS + workload.decode_max_tokens
+    pool = streams_held(mem.pool_tokens, request) if mem.pool_tokens is not None else None
+    if decode.parts is None or not levels:
+        return StreamsEstimate(pool_streams=pool)
+    stream_s = _stream_overhead_s(case)
+    return StreamsEstimate(pool_streams=pool, waves={n: _wave(case, mem, decode, n, pool, stream_s) for n in levels})
+
+
+def _stream_overhead_s(case: _Case) -> float:
+    hardware, notes = case.hardware, case.notes
+    if hardware.stream_step_overhead_ms is None:
+        notes.assume(f"no fitted per-stream step cost for {hardware.name}: counted as 0 (output at N streams "
+                     f"is an upper bound)")
+        return 0.0
+    notes.assume(f"each stream beyond the first adds {hardware.stream_step_overhead_ms:g} ms to a step "
+                 f"({hardware.name}, fitted with CUDA graphs)")
+    return hardware.stream_step_overhead_ms / 1000
+
+
+def _batch(case: _Case, level: int, pool: int | None) -> tuple[int, BatchLimit]:
+    """The streams one step of a wave of `level` requests decodes, and what set it."""
+    cap = case.engine.max_batch(case.params)
+    if cap is None:
+        case.notes.assume(f"{case.engine.name}: no batch cap set, a wave's requests decode together (the "
+                          f"engine's own default cap is not modelled)")
+    batch, limit = level, BatchLimit.REQUESTS
+    if cap is not None and cap < batch:
+        batch, limit = cap, BatchLimit.ENGINE
+    if pool is not None and pool < batch:
+        batch, limit = pool, BatchLimit.KV_POOL
+    return batch, limit
+
+
+def _wave(case: _Case, mem: _Memory, decode: _Decode, level: int, pool: int | None, stream_s: float) -> WaveEstimate:
+    """One wave of `level` requests: the step at its batch B reads the weights once (MoE: the experts
+    B tokens touch) plus B streams' KV, and is at least B tokens' FLOPs at peak."""
+    batch, limit = _batch(case, level, pool)
+    assert decode.parts is not None and decode.tps is not None
+    if batch == 1:  # one stream at a time: the single-stream prediction, drafting included
+        step_ms = sum(v for k, v in decode.terms_s.items() if k is not DecodeBound.COMPUTE) * 1000
+        return WaveEstimate(batch=1, limit=limit, step_ms=round(step_ms, 4), bound=decode.bound or DecodeBound.WEIGHTS,
+                            output_tps=round(decode.tps, 2))
+    parts, notes = decode.parts, case.notes
+    if decode.gain is not None and decode.gain != 1.0:
+        notes.assume("batch > 1: no speculative gain (drafting at batch is not modelled)")
+    touched = _experts_touched(case.model, batch) if _expert_share(case.model) else None
+    if touched is None and case.model.is_moe:
+        notes.assume("batch reads: params_active_b < params_total_b without expert counts, so a batch is counted "
+                     "as reading one token's active weights (an MoE batch touches more experts: output an upper bound)")
+    read_weights = _weights_read(case, mem, parts.active_fraction, touched or 1.0)
+    terms = {
+        DecodeBound.WEIGHTS: read_weights / parts.bandwidth / parts.efficiency,
+        DecodeBound.KV_READ: batch * parts.read_kv / parts.bandwidth / parts.efficiency,
+        DecodeBound.COMMUNICATION: parts.comm_s,
+        DecodeBound.STEP_OVERHEAD: parts.overhead_s,
+        DecodeBound.STREAM_OVERHEAD: (batch - 1) * stream_s,
+    }
+    memory_s = ((read_weights + batch * parts.read_kv) / parts.bandwidth / parts.efficiency + parts.comm_s
+                + parts.overhead_s + (batch - 1) * stream_s)
+    compute_s = _decode_compute_s(case, batch)
+    if compute_s is not None and compute_s > memory_s:
+        step_s, bound = compute_s, DecodeBound.COMPUTE
+    else:
+        step_s, bound = memory_s, max(terms, key=lambda k: terms[k])
+    return WaveEstimate(batch=batch, limit=limit, step_ms=round(step_s * 1000, 4), bound=bound,
+                        output_tps=round(batch / step_s, 2))
 
 
 def _prefill(case: _Case) -> float | None:
@@ -551,6 +678,7 @@ def estimate(
     mem = _memory(case)
     reason = _fit_reason(case, mem)
     decode = _decode(case, mem)
+    streams = _streams(case, mem, decode)
     prefill = _prefill(case)
     notes = case.notes
     return PlanEstimate(
@@ -572,6 +700,7 @@ def estimate(
         spec_gain=_round(decode.gain, 3),
         decode_bound=decode.bound,
         decode_terms_ms={k: round(v * 1000, 4) for k, v in decode.terms_s.items()},
+        streams=streams,
         unknown=notes.unknown,
         assumptions=notes.assumptions,
     )
