@@ -183,9 +183,8 @@ def search(
         every_trial=gate_every_trial,
         gates_at_end=gates_at_end,
     )
-    unchecked = plan.choices.note() if plan.choices else None
-    if unchecked:
-        errors.print(f"note: {unchecked}", markup=False, highlight=False)
+    for line in plan.choices.notes() if plan.choices else []:
+        errors.print(f"note: {line}", markup=False, highlight=False)
     if dry_run:
         terminal.print_dry_run(console, plan)
         return

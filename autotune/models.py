@@ -195,7 +195,26 @@ class KnobSpec(Strict):
         "failure is learned (default: unless numerics_neutral). false for a knob that only reorders arithmetic "
         "(threads, batch sizes): its candidates still measure their own accuracy when they run gates",
     )
+    where_listed: list[Scalar] = Field(
+        default_factory=list,
+        description="values a later engine version adds: kept only where the installed engine lists them (a "
+        "version without the knob's option lists none), else left out of the study with a note before runs.db "
+        "opens; any other value it does not list is refused. Never the default: trial 0 renders it everywhere",
+    )
     description: str = ""
+
+    @model_validator(mode="after")
+    def _where_listed_are_other_values(self) -> KnobSpec:
+        if not self.where_listed:
+            return self
+        if self.kind != "arg":
+            raise ValueError(f"knob {self.name}: where_listed needs an engine option (kind arg); the engine lists "
+                             "no environment variables")
+        strays = [v for v in self.where_listed if v not in self.values or v is None or v == self.default]
+        if strays:
+            raise ValueError(f"knob {self.name}: where_listed {strays} must be values of the knob other than null "
+                             f"and its default {self.default!r}")
+        return self
 
     @property
     def in_numerics_class(self) -> bool:
@@ -1759,6 +1778,33 @@ class ChoicesStatus(str, Enum):
     NOTHING_TO_CHECK = "nothing_to_check"  # the engine states no choices (llama.cpp)
 
 
+class LeftOutKnob(Record):
+    """A knob's `where_listed` values that the installed engine does not list, left out of the
+    study before runs.db opens."""
+
+    knob: str
+    flag: str | None
+    values: list[Scalar]
+    flag_listed: bool = Field(description="the version has the knob's option, only not these values")
+    engine_version: str
+
+    def apply(self, space: SearchSpace) -> SearchSpace:
+        """`space` without these values."""
+        def without(values: list[Scalar]) -> list[Scalar]:
+            return [v for v in values if v not in self.values]
+
+        knobs = [k.model_copy(update={"values": without(k.values), "where_listed": without(k.where_listed)})
+                 if k.name == self.knob else k for k in space.knobs]
+        return space.model_copy(update={"knobs": knobs})
+
+    def note(self) -> str:
+        """One line for the user: what was left out, and which version did not list it."""
+        values = f"{self.knob}={', '.join(map(str, self.values))}"
+        if self.flag_listed:
+            return f"vLLM {self.engine_version} does not list {values} ({self.flag}): left out of this study"
+        return f"vLLM {self.engine_version} has no {self.flag}: {values} left out of this study"
+
+
 class ChoicesCheck(Record):
     """The outcome of checking a space's knob values against the installed engine's choices
     (a refused value is an error, not a ChoicesCheck)."""
@@ -1769,15 +1815,23 @@ class ChoicesCheck(Record):
     detail: str = Field("", description="why the values were not checked")
     takes_draft_schedule: bool = Field(
         False, description="the engine lists a draft length per batch size in --speculative-config")
+    left_out: list[LeftOutKnob] = Field(
+        default_factory=list, description="values of `unlisted: leave_out` knobs this version does not list")
 
-    def note(self) -> str | None:
-        """One line for the user when the values went unchecked; None when checked or nothing to check."""
+    def kept(self, space: SearchSpace) -> SearchSpace:
+        """The space this version runs: `space` without what the check left out."""
+        for left in self.left_out:
+            space = left.apply(space)
+        return space
+
+    def notes(self) -> list[str]:
+        """Lines for the user: that the values went unchecked, or what was left out of the study."""
         if self.status == ChoicesStatus.NOT_INSTALLED:
-            return f"{self.engine} is not installed here: knob values not checked against its choices"
+            return [f"{self.engine} is not installed here: knob values not checked against its choices"]
         if self.status == ChoicesStatus.UNREADABLE:
-            return (f"{self.engine} {self.engine_version}: knob values not checked, its choices could not be "
-                    f"read ({self.detail})")
-        return None
+            return [f"{self.engine} {self.engine_version}: knob values not checked, its choices could not be "
+                    f"read ({self.detail})"]
+        return [left.note() for left in self.left_out]
 
 
 class ProbeResult(Record):

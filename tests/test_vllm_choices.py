@@ -236,7 +236,7 @@ def test_the_plan_json_carries_the_check(cache, tmp_path, monkeypatch, capsys):
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["choices"] == {"status": ChoicesStatus.CHECKED.value, "engine": "vllm", "engine_version": "0.33.0",
-                                 "detail": "", "takes_draft_schedule": True}
+                                 "detail": "", "takes_draft_schedule": True, "left_out": []}
 
 
 def test_probe_refuses_a_value_the_version_lacks_before_runs_db_opens(cache, tmp_path, monkeypatch, capsys):

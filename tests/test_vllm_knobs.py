@@ -1,9 +1,9 @@
 """Knobs the newer vLLM versions add (issue 30 item 4): `performance_mode` in the GPU spaces and in
 `space new`; the sm_12x b12x backends in the Spark spaces and in `space new --hardware spark`,
 marked unverified until a Spark runs them; and the rule that keeps a shipped space usable on
-every supported version: a knob marked `unlisted: leave_out` loses the values (or, lacking its
-flag, the whole knob) that the installed version does not list, with one note line, before
-runs.db opens. Both versions answer through the stand-in vLLM of tests/fakes/vllm_site.py and
+every supported version: a knob's `where_listed` values are kept only where the installed version
+lists them (a version without the knob's option lists none); the rest are left out of the study
+with one note line, before runs.db opens. Any other value it does not list is refused as before. Both versions answer through the stand-in vLLM of tests/fakes/vllm_site.py and
 their dumps recorded on the H200.
 
 What the dumps say (and the issue text did not): 0.26.0 already lists `--performance-mode` and
@@ -27,7 +27,7 @@ from autotune.engines.vllm import SM12X_BACKENDS, UNVERIFIED, VALUE_FLAGS, VllmE
 from autotune.engines.vllm_choices import EngineChoices
 from autotune.engines.vllm_values import check_values
 from autotune.errors import ConfigError
-from autotune.models import Candidate, LeftOutKnob, ModelSpec, SearchSpace, WhereUnlisted
+from autotune.models import Candidate, LeftOutKnob, ModelSpec, SearchSpace
 from autotune.space.candidates import load_space
 from autotune.space.fingerprint import fingerprint
 from autotune.store import Store
@@ -70,66 +70,72 @@ def space(*knobs: dict, **overrides) -> SearchSpace:
 
 
 B12X_ATTENTION = {"name": "attention_backend", "values": [None, "TRITON_ATTN", "B12X"], "default": None,
-                  "unlisted": "leave_out"}
+                  "where_listed": ["B12X"]}
 
 
-def test_a_leave_out_knob_loses_only_the_values_the_version_does_not_list():
+def test_a_where_listed_value_the_version_does_not_list_is_left_out():
     s = space(B12X_ATTENTION)
     assert check_values(s, recorded("0.33.0"), VALUE_FLAGS) == []
     left = check_values(s, recorded("0.26.0"), VALUE_FLAGS)
     assert left == [LeftOutKnob(knob="attention_backend", flag="--attention-backend", values=["B12X"],
-                                whole_knob=False, engine_version="0.26.0")]
-    kept = left[0].apply(s)
-    assert kept.knob("attention_backend").values == [None, "TRITON_ATTN"]
+                                flag_listed=True, engine_version="0.26.0")]
+    kept = left[0].apply(s).knob("attention_backend")
+    assert (kept.values, kept.where_listed) == ([None, "TRITON_ATTN"], [])
     assert left[0].note() == ("vLLM 0.26.0 does not list attention_backend=B12X (--attention-backend): "
                               "left out of this study")
 
 
-def test_a_leave_out_knob_whose_flag_the_version_lacks_is_left_out_whole():
+def test_a_version_without_the_knobs_option_lists_none_of_its_values():
     """Neither recorded version lacks --performance-mode; a version that does (a fork, an older
-    image) is the 0.26.0 dump without the flag."""
+    image) is the 0.26.0 dump without the flag. The knob keeps its default, null: nothing rendered."""
     without = recorded("0.26.0")
     without = without.model_copy(update={"flags": {k: v for k, v in without.flags.items() if k != "--performance-mode"}})
-    s = space({"name": "performance_mode", "values": [None, "throughput"], "default": None, "unlisted": "leave_out"},
+    s = space({"name": "performance_mode", "values": [None, "interactivity", "throughput"], "default": None,
+               "where_listed": ["interactivity", "throughput"]},
               {"name": "max_num_seqs", "values": [None, 8], "default": None})
     left = check_values(s, without, VALUE_FLAGS)
-    assert [(x.knob, x.whole_knob) for x in left] == [("performance_mode", True)]
-    assert [k.name for k in left[0].apply(s).knobs] == ["max_num_seqs"]
-    assert left[0].note() == "vLLM 0.26.0 lists no --performance-mode: knob performance_mode left out of this study"
+    assert [(x.knob, x.values, x.flag_listed) for x in left] == [("performance_mode", ["interactivity", "throughput"], False)]
+    assert left[0].apply(s).knob("performance_mode").values == [None]
+    assert left[0].note() == ("vLLM 0.26.0 has no --performance-mode: performance_mode=interactivity, throughput left "
+                              "out of this study")
 
 
-def test_a_knob_left_with_its_default_only_is_left_out_whole():
-    s = space({"name": "attention_backend", "values": [None, "B12X"], "default": None, "unlisted": "leave_out"})
+def test_a_knob_left_with_its_default_only_keeps_it_so_trial_0_renders_what_it_did():
+    s = space({"name": "moe_backend", "values": ["marlin", "b12x"], "default": "marlin", "where_listed": ["b12x"]})
     left = check_values(s, recorded("0.26.0"), VALUE_FLAGS)
-    assert [(x.knob, x.whole_knob, x.values) for x in left] == [("attention_backend", True, ["B12X"])]
-    assert left[0].apply(s).knobs == []
+    assert [(x.knob, x.values) for x in left] == [("moe_backend", ["b12x"])]
+    kept = left[0].apply(s).knob("moe_backend")
+    assert (kept.values, kept.default) == (["marlin"], "marlin")
 
 
-def test_without_the_marker_an_unlisted_value_is_still_refused():
-    plain = {k: v for k, v in B12X_ATTENTION.items() if k != "unlisted"}
+def test_an_unlisted_value_not_named_in_where_listed_is_still_refused():
+    plain = {k: v for k, v in B12X_ATTENTION.items() if k != "where_listed"}
     with pytest.raises(ConfigError, match=r"attention_backend=B12X is not accepted by vLLM 0\.26\.0: choices are "):
         check_values(space(plain), recorded("0.26.0"), VALUE_FLAGS)
 
 
-def test_a_leave_out_knob_whose_default_the_version_does_not_list_is_refused():
-    """Trial 0 renders the default: leaving it out would change the baseline, so it is refused."""
-    s = space({"name": "moe_backend", "values": ["b12x", "marlin"], "default": "b12x", "unlisted": "leave_out"})
+def test_a_default_the_version_does_not_list_is_refused():
+    """Trial 0 renders the default on every version, so it cannot be where_listed, and a default the
+    version lacks is refused as any value."""
+    with pytest.raises(ValueError, match=r"where_listed \['b12x'\] must be values of the knob other than null and "):
+        space({"name": "moe_backend", "values": ["b12x", "marlin"], "default": "b12x", "where_listed": ["b12x"]})
+    s = space({"name": "moe_backend", "values": ["b12x", "marlin"], "default": "b12x"})
     with pytest.raises(ConfigError, match=r"moe_backend=b12x is not accepted by vLLM 0\.26\.0"):
         check_values(s, recorded("0.26.0"), VALUE_FLAGS)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_value_outside_the_flags_choices_is_refused_naming_version_and_choices(version):
-    s = space({"name": "performance_mode", "values": [None, "turbo"], "default": None, "unlisted": "leave_out"})
+    s = space({"name": "performance_mode", "values": [None, "turbo", "throughput"], "default": None,
+               "where_listed": ["throughput"]})
     with pytest.raises(ConfigError, match=rf"performance_mode=turbo is not accepted by vLLM {version}: choices are "
                                           r"balanced, interactivity, throughput$"):
         check_values(s, recorded(version), VALUE_FLAGS)
 
 
-def test_leave_out_is_for_engine_options_only():
-    with pytest.raises(ValueError, match="unlisted: leave_out"):
-        space({"name": "VLLM_X", "kind": "env", "values": [None, "1"], "default": None, "unlisted": "leave_out"})
-    assert space(B12X_ATTENTION).knob("attention_backend").unlisted is WhereUnlisted.LEAVE_OUT
+def test_where_listed_is_for_engine_options_only():
+    with pytest.raises(ValueError, match="where_listed needs an engine option"):
+        space({"name": "VLLM_X", "kind": "env", "values": [None, "1"], "default": None, "where_listed": ["1"]})
 
 
 # ---------------------------------------------------------------------- the shipped spaces
@@ -141,7 +147,7 @@ def test_every_shipped_vllm_space_tunes_performance_mode_on_both_versions(path, 
     s = load_space(str(path))
     knob = s.knob("performance_mode")
     assert knob.values == [None, "interactivity", "throughput"] and knob.default is None
-    assert knob.unlisted is WhereUnlisted.LEAVE_OUT
+    assert knob.where_listed == ["interactivity", "throughput"]
     plugged = recorded(version).model_copy(update={"general_plugins": ["exl3"]})  # spark1's EXL3 needs its plugin
     left = check_values(s, plugged, VALUE_FLAGS)
     assert "performance_mode" not in {x.knob for x in left}  # both versions list the flag
@@ -151,8 +157,7 @@ def test_the_four_spark_space_offers_b12x_on_033_and_keeps_the_rest_on_026():
     s = load_space(str(ROOT / "search_spaces" / "minimax-m3.1-flash-spark4.yaml"))
     assert check_values(s, recorded("0.33.0"), VALUE_FLAGS) == []
     left = {x.knob: x for x in check_values(s, recorded("0.26.0"), VALUE_FLAGS)}
-    assert {k: (x.values, x.whole_knob) for k, x in left.items()} == {
-        "moe_backend": (["b12x"], False), "linear_backend": (["b12x"], False)}
+    assert {k: x.values for k, x in left.items()} == {"moe_backend": ["b12x"], "linear_backend": ["b12x"]}
     kept = s
     for x in left.values():
         kept = x.apply(kept)
@@ -167,7 +172,7 @@ def test_every_sm12x_value_a_shipped_space_offers_is_marked_unverified(path):
         offered = [v for v in knob.values if v in SM12X_BACKENDS.get(knob.name, ())]
         if offered:
             assert UNVERIFIED in knob.description, (knob.name, knob.description)
-            assert knob.unlisted is WhereUnlisted.LEAVE_OUT
+            assert set(offered) <= set(knob.where_listed)
 
 
 SPARK4_LIKE = """
@@ -178,9 +183,10 @@ model: {{name: qwen-moe, path: {model}, params_total_b: 30.5, params_active_b: 3
         n_layers: 48, hidden_size: 2048, n_heads: 32, n_kv_heads: 4, head_dim: 128, context_max: 40960}}
 fixed: {{max_model_len: 8192, gpu_memory_utilization: 0.8}}
 knobs:
-  - {{name: moe_backend, values: [marlin, flashinfer_b12x, b12x], default: marlin, unlisted: leave_out,
-      description: "b12x and flashinfer_b12x: unverified until a Spark runs it"}}
-  - {{name: performance_mode, values: [null, interactivity, throughput], default: null, unlisted: leave_out}}
+  - {{name: moe_backend, values: [marlin, flashinfer_b12x, b12x], default: marlin,
+      where_listed: [flashinfer_b12x, b12x], description: "b12x and flashinfer_b12x: unverified until a Spark runs it"}}
+  - {{name: performance_mode, values: [null, interactivity, throughput], default: null,
+      where_listed: [interactivity, throughput]}}
 workload: {{decode_max_tokens: 8, prompts_per_set: 1, repeats: 1, prefill_tokens: [100], concurrency: [1]}}
 gates: {{needle: null, qeval: null}}
 """
@@ -233,7 +239,7 @@ def test_plan_on_026_counts_the_candidates_without_the_left_out_value(tmp_path, 
     on_026 = json.loads(capsys.readouterr().out)
     assert (len(on_033["kept"]), len(on_026["kept"])) == (9, 6)
     assert on_026["choices"]["left_out"] == [{"knob": "moe_backend", "flag": "--moe-backend", "values": ["b12x"],
-                                              "whole_knob": False, "engine_version": "0.26.0"}]
+                                              "flag_listed": True, "engine_version": "0.26.0"}]
 
 
 def test_a_study_made_on_033_is_not_resumed_on_026_with_fewer_values(tmp_path, monkeypatch, capsys):
@@ -275,11 +281,11 @@ def test_space_new_on_033_offers_the_b12x_backends_marked_unverified(tmp_path, m
     assert knobs["linear_backend"] == [None, "b12x", "flashinfer_b12x"]
     assert knobs["performance_mode"] == [None, "interactivity", "throughput"]
     for name in ("attention_backend", "moe_backend", "linear_backend"):
-        assert UNVERIFIED in made.space.knob(name).description
-        assert made.space.knob(name).unlisted is WhereUnlisted.LEAVE_OUT
+        knob = made.space.knob(name)
+        assert UNVERIFIED in knob.description and knob.where_listed == [v for v in knob.values if v in SM12X_BACKENDS[name]]
     assert "moe_backend" not in made.space.fixed
     text = yaml.safe_load(made.text)
-    assert {k["name"]: k.get("unlisted") for k in text["knobs"]}["moe_backend"] == "leave_out"
+    assert {k["name"]: k.get("where_listed") for k in text["knobs"]}["moe_backend"] == ["b12x", "flashinfer_b12x"]
     assert "unverified until a Spark runs it" in made.text.split("\nname:")[0]  # the header says so too
 
 

@@ -113,6 +113,7 @@ def _planned(
     store = Store(db_path, must_exist=True) if db_path is not None and db_path.exists() else None
     device = detect()  # `auto`, or a named profile this host is, takes the host's GPUs and memory
     choices = engine.check_values(space, host_fingerprint(device, engine).key())
+    space = choices.kept(space)
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)

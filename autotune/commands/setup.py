@@ -241,7 +241,6 @@ def prepare(
     first = parse_tries(space, tries or [])  # a --try takes values of the space: checked with it
     if not dry_run:
         engine.check_available()
-        engine.preflight(space)
         check_energy_readable(space)
     try:
         model = resolve_model(space.model, model_path)
@@ -252,6 +251,11 @@ def prepare(
     device = detect()
     host = host_fingerprint(device, engine)
     choices = engine.check_values(space, host.key())  # a value this engine version refuses: exit 2 here
+    if choices.left_out:  # what this version does not list leaves the study before it is fingerprinted
+        space = choices.kept(space)
+        first = parse_tries(space, tries or [])
+    if not dry_run:
+        engine.preflight(space)  # the options the kept space renders, against the installed engine's help
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, rules, layout, kept = launchable(space.model_copy(update={"model": model}), engine, profile, node_count)

@@ -170,8 +170,9 @@ class Engine(ABC):
     def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
         """Hold every knob value of `space` against what the installed engine accepts (read from
         the engine, cached per version and host fingerprint `host_key`); raise ConfigError naming
-        the value, the knob, the version and its choices. An engine that cannot be asked says so in
-        the returned check and nothing is refused."""
+        the value, the knob, the version and its choices. Knobs marked `unlisted: leave_out` lose
+        what it does not list instead: the check's `left_out`, which `ChoicesCheck.kept` applies. An
+        engine that cannot be asked says so in the returned check and nothing is refused."""
         return ChoicesCheck(status=ChoicesStatus.NOTHING_TO_CHECK, engine=self.name, engine_version=self.version())
 
     def plugin_args(self, params: dict[str, Scalar]) -> list[str]:

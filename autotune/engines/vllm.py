@@ -23,7 +23,7 @@ from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
 from autotune.model.shapes import dummy_weights
-from autotune.engines.vllm_choices import cached_choices
+from autotune.engines.vllm_choices import EngineChoices, cached_choices
 from autotune.engines.vllm_values import check_values, schedule_refusal
 from autotune.engines.vllm_log import parse_resolved, parse_selected, parse_start_parts
 from autotune.models import (
@@ -64,7 +64,18 @@ VALUE_FLAGS: dict[str, str] = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "block_size": "--block-size",
     "load_format": "--load-format",
+    "performance_mode": "--performance-mode",
 }
+
+#: backends for sm_12x (DGX Spark's GB10, the b12x kernels) by knob, tried where the installed
+#: version lists them (B12X attention and plain b12x from 0.33.0; flashinfer_b12x 0.26.0 lists too).
+#: None has run on a Spark yet: a space, the probe matrix and `space new` say UNVERIFIED of them.
+SM12X_BACKENDS: dict[str, tuple[str, ...]] = {
+    "attention_backend": ("B12X",),
+    "moe_backend": ("b12x", "flashinfer_b12x"),
+    "linear_backend": ("b12x", "flashinfer_b12x"),
+}
+UNVERIFIED = "unverified until a Spark runs it"
 
 # Boolean knobs. vLLM builds these with argparse.BooleanOptionalAction, so each has a --no- form:
 # True -> --flag, False -> --no-flag, None -> left out.
@@ -160,17 +171,24 @@ class VllmEngine(Engine):
     def preflight(self, space: SearchSpace) -> None:
         check_space_flags(space, self.python)
 
-    def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
+    def engine_choices(self, host_key: str) -> EngineChoices | ChoicesCheck:
+        """What the installed version accepts (cached per version and host fingerprint `host_key`),
+        or the check that says why it cannot be asked."""
         version = self.version()
         if version is None:
             return ChoicesCheck(status=ChoicesStatus.NOT_INSTALLED, engine=self.name)
         try:
-            choices = cached_choices(self.python, version, host_key)
+            return cached_choices(self.python, version, host_key)
         except EngineUnavailable as exc:
             return ChoicesCheck(status=ChoicesStatus.UNREADABLE, engine=self.name, engine_version=version, detail=str(exc))
-        check_values(space, choices, VALUE_FLAGS)
-        return ChoicesCheck(status=ChoicesStatus.CHECKED, engine=self.name, engine_version=version,
-                            takes_draft_schedule=schedule_refusal(choices) is None)
+
+    def check_values(self, space: SearchSpace, host_key: str) -> ChoicesCheck:
+        choices = self.engine_choices(host_key)
+        if isinstance(choices, ChoicesCheck):
+            return choices
+        gone = check_values(space, choices, VALUE_FLAGS)
+        return ChoicesCheck(status=ChoicesStatus.CHECKED, engine=self.name, engine_version=choices.version,
+                            takes_draft_schedule=schedule_refusal(choices) is None, left_out=gone)
 
     def render(self, candidate: Candidate, model: ModelSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         if candidate.engine != self.name:

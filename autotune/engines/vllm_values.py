@@ -4,6 +4,10 @@ A knob that names a choice (KV-cache dtype, attention / MoE / linear backend, qu
 speculative method, or any option whose argparse parser lists choices) may only hold a value of
 that version's list; a value another version added (0.33.0's `nvfp4_4over6` on 0.26.0) is refused
 naming the value, the knob, the version and its choices.
+
+A knob's `where_listed` values (ones a later version adds, in a space meant for every supported
+version) are not refused for that: those this version does not list, all of them where it lacks
+the knob's option, are left out of the study, and the user is told in one line per knob.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 from autotune.engines.vllm_choices import EngineChoices
 from autotune.errors import ConfigError
-from autotune.models import SCHEDULE_KEY, Scalar, SearchSpace
+from autotune.models import SCHEDULE_KEY, KnobSpec, LeftOutKnob, Scalar, SearchSpace
 
 #: knob -> the registry of the dump that lists its values (the option takes a value of it, or
 #: for spec_method the "method" of --speculative-config)
@@ -74,8 +78,28 @@ def schedule_refusal(choices: EngineChoices) -> str | None:
     return f"vLLM {choices.version} does not list {SCHEDULE_KEY} among its --speculative-config keys"
 
 
-def check_values(space: SearchSpace, choices: EngineChoices, flags: dict[str, str]) -> None:
-    """Refuse the first knob value of `space` this version does not accept (`flags`: knob -> option)."""
+def left_out(knob: KnobSpec, flag: str | None, choices: EngineChoices) -> LeftOutKnob | None:
+    """The knob's `where_listed` values this version does not list (all of them where it lacks the
+    option); None when it lists every one."""
+    has_flag = flag is None or flag in choices.flags
+    unlisted = [v for v in knob.where_listed if not has_flag or refusal(knob.name, v, flag, choices) is not None]
+    if not unlisted:
+        return None
+    return LeftOutKnob(knob=knob.name, flag=flag, values=unlisted, flag_listed=has_flag, engine_version=choices.version)
+
+
+def check_values(space: SearchSpace, choices: EngineChoices, flags: dict[str, str]) -> list[LeftOutKnob]:
+    """What this version leaves out of `space` (its knobs' `where_listed` values), then refuse the
+    first value of what is left that it does not accept (`flags`: knob -> option)."""
+    gone = [x for k in space.knobs if k.kind == "arg" and k.name not in space.plugin_flags
+            if (x := left_out(k, flags.get(k.name), choices)) is not None]
+    for x in gone:
+        space = x.apply(space)
+    _refuse_unaccepted(space, choices, flags)
+    return gone
+
+
+def _refuse_unaccepted(space: SearchSpace, choices: EngineChoices, flags: dict[str, str]) -> None:
     for knob, value in space_values(space):
         why = refusal(knob, value, flags.get(knob), choices)
         if why is None and knob == "draft_schedule":

@@ -748,9 +748,8 @@ def print_plan(console: Console, plan_report: PlanReport) -> None:
         print_launch(console, plan_report.launch)
     if plan_report.hosts_note:
         console.print(plan_report.hosts_note, markup=False, highlight=False)
-    unchecked = plan_report.choices.note() if plan_report.choices else None
-    if unchecked:
-        console.print(f"note: {unchecked}", markup=False, highlight=False)
+    for line in plan_report.choices.notes() if plan_report.choices else []:
+        console.print(f"note: {line}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- the plan's table

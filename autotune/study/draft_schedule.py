@@ -64,7 +64,7 @@ def refusal(space: SearchSpace, choices: ChoicesCheck | None) -> DraftScheduleRe
     if choices is None or choices.status is ChoicesStatus.NOTHING_TO_CHECK:
         return report(ScheduleStatus.NOT_ACCEPTED, f"engine {space.engine} takes no draft length per batch size")
     if choices.status is not ChoicesStatus.CHECKED:
-        return report(ScheduleStatus.NOT_ACCEPTED, choices.note() or choices.status.value)
+        return report(ScheduleStatus.NOT_ACCEPTED, (choices.notes() or [choices.status.value])[0])
     return report(ScheduleStatus.NOT_ACCEPTED,
                   f"vLLM {choices.engine_version} does not list {SCHEDULE_KEY} among its --speculative-config keys")
 
