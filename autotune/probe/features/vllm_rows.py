@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from autotune.engines.base import ProbeRequest
-from autotune.engines.vllm import VllmEngine
+from autotune.engines.vllm import SM12X_BACKENDS, VllmEngine
 from autotune.engines.vllm_choices import EngineChoices, cached_choices
 from autotune.errors import EngineUnavailable
 from autotune.models import SearchSpace
@@ -26,7 +26,7 @@ KV_DTYPES = ("auto", "fp8", "fp8_e5m2", "nvfp4")
 BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 #: backends later versions add for DGX Spark (sm_12x), tried where the version lists them; unverified
 #: until a Spark runs them (on other GPUs vLLM's selector refuses them before any launch)
-LATER_BACKENDS = ("B12X",)
+LATER_BACKENDS = SM12X_BACKENDS["attention_backend"]
 
 
 class RowsSource(str, Enum):
