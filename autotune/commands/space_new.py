@@ -15,7 +15,11 @@ Decided, each decision written into the YAML's header with its reason:
   a model that fits in neither form is refused;
 - Spark seed-recipe settings in `fixed` (as in search_spaces/minimax-m3.1-flash-spark4.yaml): TP
   over the boxes, gpu_memory_utilization 0.80, Marlin MoE for 4-bit and MXFP8 experts, Triton
-  attention for attention sinks, the Ray launcher, a long boot timeout.
+  attention for attention sinks, the Ray launcher, a long boot timeout;
+- knobs only some vLLM versions list, offered where the installed vLLM lists them (and marked
+  `where_listed`, so the space still runs on a version that does not): `performance_mode`, and on
+  sm_12x the b12x backends (B12X attention; b12x / flashinfer_b12x MoE for FP4 experts, linear for
+  quantized checkpoints), unverified until a Spark runs them. Without a vLLM to ask, none.
 The space is validated as `autotune search` loads one (engine knobs, layout, memory fit) before
 anything is written. Nothing is downloaded: the config must be on disk.
 """
@@ -37,8 +41,13 @@ from autotune.errors import ConfigError
 from autotune.hardware.device import detect
 from autotune.hardware.profiles import describe, resolve_hardware
 from autotune.model.config import config_file, text_fields
+from autotune.engines.vllm import SM12X_BACKENDS, UNVERIFIED, VALUE_FLAGS, VllmEngine
+from autotune.engines.vllm_choices import EngineChoices
+from autotune.engines.vllm_values import refusal
+from autotune.hardware.device import host_fingerprint
 from autotune.models import (
     CAPACITY_OBJECTIVE,
+    ChoicesCheck,
     ENERGY_OBJECTIVE,
     WEIGHTED_OBJECTIVE,
     HardwareProfile,
@@ -67,6 +76,12 @@ PREFILL_DEPTHS = (4096, 16384, 65536)
 MARLIN_MOE_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8", "int4"})
 LINEAR_GROUPS = ("attention", "dense_mlp", "experts", "shared")
 ONLINE_FP8_WHY = "quantization null/fp8: a 16-bit checkpoint can be quantized online to FP8"
+#: the checkpoint formats each sm_12x backend takes (vLLM's b12x docs: FP4 MoE experts, FP8 / MXFP8 /
+#: FP4 linear layers; FlashInfer's b12x kernels NVFP4 only)
+SM12X_FORMATS: dict[str, dict[str, frozenset[str]]] = {
+    "moe_backend": {"b12x": frozenset({"nvfp4", "mxfp4"}), "flashinfer_b12x": frozenset({"nvfp4"})},
+    "linear_backend": {"b12x": frozenset({"fp8", "mxfp8", "nvfp4", "mxfp4"}), "flashinfer_b12x": frozenset({"nvfp4"})},
+}
 
 
 # ---------------------------------------------------------------------- reading config.json
@@ -366,8 +381,9 @@ class _Draft:
     rules: list[Rule] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
 
-    def knob(self, name: str, values: list[Scalar], description: str) -> None:
-        self.knobs.append(KnobSpec(name=name, values=values, default=values[0], description=description))
+    def knob(self, name: str, values: list[Scalar], description: str, where_listed: list[Scalar] | None = None) -> None:
+        self.knobs.append(KnobSpec(name=name, values=values, default=values[0], description=description,
+                                   where_listed=where_listed or []))
 
     def drop_knob(self, name: str) -> None:
         self.knobs = [k for k in self.knobs if k.name != name]
@@ -452,7 +468,52 @@ def _sm12x(profile: HardwareProfile) -> bool:
     return (profile.compute_capability or "").startswith("sm_12")
 
 
-def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: HardwareProfile, nodes: int) -> None:
+def _listed(knob: str, values: tuple[str, ...], choices: EngineChoices | None) -> list[str]:
+    """`values` of `knob` that the installed vLLM lists, in order ([] without a vLLM to ask)."""
+    if choices is None:
+        return []
+    return [v for v in values if refusal(knob, v, VALUE_FLAGS[knob], choices) is None]
+
+
+def _sm12x_values(knob: str, ckpt: Checkpoint, choices: EngineChoices | None) -> list[str]:
+    """The b12x backends of `knob` that take this checkpoint's format and the installed vLLM lists."""
+    takes = [v for v in SM12X_BACKENDS[knob] if ckpt.format in SM12X_FORMATS[knob].get(v, frozenset())]
+    return _listed(knob, tuple(takes), choices)
+
+
+def _performance_mode(draft: _Draft, choices: EngineChoices | None) -> None:
+    """performance_mode where the installed vLLM has the option: its presets besides the default."""
+    flag = choices.flags.get(VALUE_FLAGS["performance_mode"]) if choices else None
+    if flag is None or not flag.choices:
+        return
+    presets: list[Scalar] = [c for c in flag.choices if c != flag.default]
+    draft.knob("performance_mode", [None, *presets], f"--performance-mode preset (null = vLLM's own, {flag.default})",
+               where_listed=presets)
+    draft.why.append(f"performance_mode null/{'/'.join(map(str, presets))}: vLLM {choices.version} lists the option "
+                     "(where_listed: a version without it keeps null)")
+
+
+def _sm12x_backends(draft: _Draft, arch: Architecture, ckpt: Checkpoint, choices: EngineChoices | None) -> None:
+    """b12x MoE backends for an FP4 MoE (beside Marlin, the default) and b12x linear backends for a
+    quantized checkpoint, where the installed vLLM lists them."""
+    moe = _sm12x_values("moe_backend", ckpt, choices) if arch.is_moe else []
+    if moe and draft.fixed.get("moe_backend") == "marlin":
+        del draft.fixed["moe_backend"]
+        draft.knob("moe_backend", ["marlin", *moe], f"marlin as before; {', '.join(moe)}: {UNVERIFIED}", where_listed=moe)
+        draft.why.append(f"moe_backend marlin/{'/'.join(moe)}: the sm_12x b12x kernels take {ckpt.format} experts, "
+                         f"{UNVERIFIED}; Marlin stays the default")
+    linear = [] if ckpt.is_16bit else _sm12x_values("linear_backend", ckpt, choices)
+    if linear:
+        draft.knob("linear_backend", [None, *linear], f"null lets vLLM choose; {', '.join(linear)}: {UNVERIFIED}",
+                   where_listed=linear)
+        draft.why.append(f"linear_backend null/{'/'.join(linear)}: the sm_12x b12x GEMMs take {ckpt.format} "
+                         f"weights, {UNVERIFIED}")
+
+
+def _choose_knobs(
+    draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: HardwareProfile, nodes: int,
+    choices: EngineChoices | None = None,
+) -> None:
     tp = nodes * max(profile.gpus_per_node, 1)
     draft.fixed["tensor_parallel_size"] = tp
     draft.why.append(f"tensor_parallel_size {tp}: one rank per GPU over {nodes} x {profile.name}")
@@ -483,9 +544,13 @@ def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: 
             draft.fixed["attention_backend"] = "TRITON_ATTN"
             draft.why.append("attention_backend TRITON_ATTN: on sm_12x only Triton attention has attention sinks")
         elif _sm12x(profile):
-            draft.knob("attention_backend", [None, "TRITON_ATTN", "FLASHINFER"], "null lets vLLM choose")
+            b12x = _listed("attention_backend", SM12X_BACKENDS["attention_backend"], choices)
+            unverified = f"; {', '.join(b12x)}: {UNVERIFIED}" if b12x else ""
+            draft.knob("attention_backend", [None, "TRITON_ATTN", "FLASHINFER", *b12x],
+                       f"null lets vLLM choose{unverified}", where_listed=b12x)
             draft.why.append(
                 "attention_backend null/TRITON_ATTN/FLASHINFER: FLASH_ATTN is FA2 on sm_12x and takes no fp8 KV"
+                + (f"; {'/'.join(b12x)} (sm_12x b12x attention, {UNVERIFIED})" if b12x else "")
             )
             if arch.head_dim == 256:
                 draft.rules.append(
@@ -504,6 +569,9 @@ def _choose_knobs(draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: 
         draft.knob("draft_k", [0, 2, 4], "n-gram (prompt lookup) speculative tokens (0 = off)")
         draft.why.append("spec_method ngram: no MTP layers or drafter named; prompt lookup needs no extra weights")
     draft.knob("max_num_seqs", [None, 4, 16], "concurrent sequences (null = the engine default)")
+    if _sm12x(profile):
+        _sm12x_backends(draft, arch, ckpt, choices)
+    _performance_mode(draft, choices)
 
 
 def _space(
@@ -583,7 +651,8 @@ def _yaml(space: SearchSpace, header: list[str]) -> str:
     data = space.model_dump(mode="json", exclude_defaults=True)
     data["model"] = space.model.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     data["knobs"] = [  # every knob says its default (trial 0's value) out loud
-        {"name": k.name, "values": k.values, "default": k.default, "description": k.description} for k in space.knobs
+        {"name": k.name, "values": k.values, "default": k.default, **({"where_listed": k.where_listed} if k.where_listed else {}),
+         "description": k.description} for k in space.knobs
     ]
     order = ["name", "description", "engine", "hardware", "nodes", "launcher", "model", "fixed", "env", "knobs", "rules",
              "workload", "objective", "gates"]
@@ -599,7 +668,8 @@ def new_space(
     (`auto`, or the named profile of this host: with this host's GPU count and memory per GPU);
     `objective` replaces the default (single-stream decode)."""
     cfg, model_dir = read_config(model)
-    profile = resolve_hardware(hardware, detect())
+    device = detect()
+    profile = resolve_hardware(hardware, device)
     if profile.gpus_per_node == 0:
         raise ConfigError(
             f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
@@ -639,7 +709,13 @@ def new_space(
         draft.env["VLLM_ENGINE_READY_TIMEOUT_S"] = "1800"  # GB10 boots take 5-15 min
     if nodes > 1 and profile.name == "spark":
         draft.env.update({"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"})  # as the 4-Spark MiniMax setups
-    _choose_knobs(draft, arch, ckpt, profile, nodes)
+    engine = VllmEngine()
+    asked = engine.engine_choices(host_fingerprint(device, engine).key())
+    choices = None if isinstance(asked, ChoicesCheck) else asked
+    _choose_knobs(draft, arch, ckpt, profile, nodes, choices)
+    if isinstance(asked, ChoicesCheck):
+        draft.why.append("no performance_mode or b12x backends (knobs only some vLLM versions list): "
+                         f"{asked.detail or 'vllm is not installed here'}")
     space, fit_why = _fit(name, spec, profile, nodes, draft)
     if objective is not None:
         waves = sorted(set(space.workload.concurrency) | set(objective.waves))  # a wave the objective reads is measured
