@@ -34,10 +34,15 @@ from autotune.models import (
     Workload,
     wilson_interval,
 )
-from autotune.planner.roofline import streams_held
 
 #: streams -> that level's result
 LevelMeasurer = Callable[[int], Awaitable[LevelResult]]
+
+
+def streams_held(pool_tokens: int, request_tokens: int) -> int:
+    """Requests of `request_tokens` tokens a KV pool of `pool_tokens` holds; at least one (the engine
+    starts only when one full context fits)."""
+    return max(pool_tokens // request_tokens, 1)
 
 
 def tolerance(best: int) -> float:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from autotune.engines import Engine, Knobs, get_engine
 from autotune.errors import ConfigError
+from autotune.bench.capacity import streams_held
 from autotune.hardware.profiles import parallel_layout
 from autotune.model.config import ModelFacts, model_facts
 from autotune.models import (
@@ -557,12 +558,6 @@ def _weights_read(case: _Case, mem: _Memory, fraction: float, expert_factor: flo
 
 
 # ---------------------------------------------------------------- N concurrent streams
-
-
-def streams_held(pool_tokens: int, request_tokens: int) -> int:
-    """Requests of `request_tokens` tokens a KV pool of `pool_tokens` holds; at least one (the engine
-    starts only when one full context fits)."""
-    return max(pool_tokens // request_tokens, 1)
 
 
 def _streams(case: _Case, mem: _Memory, decode: _Decode) -> StreamsEstimate | None:
