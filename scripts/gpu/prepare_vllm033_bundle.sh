@@ -6,6 +6,9 @@
 # bundle (../shared/gpu/README.md). Prints one line per part.
 #   usage: bash scripts/gpu/prepare_vllm033_bundle.sh   (from anywhere in the project)
 # Wheels already in .gpu-bundle-033/stage/wheels are reused; any not on the list are removed.
+# Carrying: send part00 alone first and go on only once a machine answered; a refused call still costs
+# 15 s of device time, so a batch of 55 calls sent while none is lent spends ~14 minutes for nothing
+# (2026-12-04). Calls more than 30 s apart give the machine back and lose the parts already sent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 list=scripts/gpu/vllm-0.33.0-wheels.txt
