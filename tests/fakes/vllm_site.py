@@ -174,7 +174,10 @@ def step(batch):
     """(tokens one engine step puts out per request, its seconds) with K drafted: the more drafts in
     a batch, the longer the step, so a long draft pays at one stream and costs at many."""
     k = draft_k(batch)
-    return 1 + k // 2, 0.004 * (1 + k * k * (batch - 1) / 4)
+    return 1 + k // 2, STEP_S * (1 + k * k * (batch - 1) / 4)
+# FAKE_VLLM_STEP_S: one plain engine step's seconds; a test that compares speeds between launches sets
+# it long enough that a late wake-up of a loaded machine is a small share of the decode window
+STEP_S = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
 # FAKE_VLLM_STALL_AFTER=N: after N generation requests every later one hangs (no byte sent) while
 # /health keeps answering 200, as an engine whose NCCL collective hangs does
 STALL_AFTER = int(os.environ.get("FAKE_VLLM_STALL_AFTER", "-1"))
@@ -250,7 +253,7 @@ class H(BaseHTTPRequestHandler):
         with LOCK:
             state["in_flight"] += 1
         try:
-            i = 0
+            i, due = 0, time.monotonic()
             while i < len(words):
                 per_chunk, seconds = step(state["in_flight"])
                 piece = " " + " ".join(words[i:i + per_chunk])
@@ -260,7 +263,10 @@ class H(BaseHTTPRequestHandler):
                 if per_chunk > 1:
                     state["drafts"] += 1; state["accepted"] += per_chunk - 1
                     state["draft_tokens"] += draft_k(state["in_flight"])
-                time.sleep(seconds)  # one engine step per chunk: drafting puts several tokens in each
+                # one engine step per chunk (drafting puts several tokens in each), paced by the clock
+                # so that one late wake-up does not delay every later chunk
+                due += seconds
+                time.sleep(max(0.0, due - time.monotonic()))
         finally:
             with LOCK:
                 state["in_flight"] -= 1
