@@ -140,7 +140,10 @@ def test_time_budget_stops_before_a_trial_that_would_not_fit(fake, tmp_path, cap
     assert len([t for t in Store(db).trials("t") if t.status != "skipped"]) >= 2
 
 
-def test_time_budget_skips_a_confirmation_that_would_not_fit(fake, tmp_path, capsys):
+def test_time_budget_skips_a_confirmation_that_would_not_fit(fake, tmp_path, capsys, monkeypatch):
+    # the best must not be the baseline (no confirmation then): K=4 decodes 3x faster at one stream,
+    # with steps long enough that a loaded machine's late wake-up cannot turn that round
+    monkeypatch.setenv("FAKE_VLLM_STEP_S", "0.02")
     db = tmp_path / "runs.db"
     args = ["search", "--space", str(fake), "--db", str(db), "--trials", "2", "--study", "c", "--no-accuracy",
             "--try", "draft_k=4"]
