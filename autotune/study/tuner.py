@@ -55,6 +55,7 @@ from autotune.study.relaunches import Relaunch
 from autotune.gates.score import constraint_values, evaluate_gates, rank
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, make_candidate
 from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store, attempt_boxes
+from autotune.study.view import StudyTrials
 from autotune.verdict.tradeoffs import tradeoffs
 from autotune.trial.run import TrialContext, run_trial
 
@@ -193,21 +194,31 @@ def reference_of(store: Store, name: str, trials: list[TrialResult] | None = Non
     return rerun_if_cut(next((t for t in trials if t.number == number), None), trials)
 
 
-def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None) -> StudyOutcome:
-    """The study as it stands. Gates are judged again from the stored evidence with the study's own
-    space and mode, so a rule change (or a reference measured later) never leaves a stale pass."""
-    trials = store.trials(name)
+def judged_again(store: Store, name: str, trials: list[TrialResult]) -> list[TrialResult]:
+    """`trials` with their gates judged again from the stored evidence with the study's own space and
+    mode, so a rule change (or a reference measured later) never leaves a stale pass."""
+    row = store.study(name)
+    if row is None:
+        return trials
+    gates = SearchSpace.model_validate_json(row["space"]).gates
+    accuracy = store.study_accuracy(name)
+    reference, base = reference_of(store, name, trials), baseline_of(trials)
+    learned = store.accuracy_failures(name)
+    return [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base, learned)})
+            for t in trials]
+
+
+def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | None = None,
+               trials: list[TrialResult] | None = None) -> StudyOutcome:
+    """The study as it stands (`trials`: its trials as the caller holds them, else read from runs.db),
+    gates judged again (`judged_again`)."""
+    trials = judged_again(store, name, trials if trials is not None else store.trials(name))
     row = store.study(name)
     accuracy = store.study_accuracy(name)
     noise = None
     objective = Objective()
     if row is not None:
-        space = SearchSpace.model_validate_json(row["space"])
-        gates, objective = space.gates, space.objective
-        reference, base = reference_of(store, name, trials), baseline_of(trials)
-        learned = store.accuracy_failures(name)
-        trials = [t.model_copy(update={"gates": evaluate_gates(t, reference, gates, accuracy, base, learned)})
-                  for t in trials]
+        objective = SearchSpace.model_validate_json(row["space"]).objective
         noise = store.launch_noise(row["host_key"], row["engine"], objective.sample_metric)
     base = baseline_of(trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")
@@ -304,6 +315,7 @@ class Tuner:
         self.boxes = boxes
         self.learn_accuracy_classes = learn_accuracy_classes and ctx.gates.accuracy  # autotune.gates.numerics
         self.store = store
+        self.view = StudyTrials(store, ctx.study)  # read once: decisions read it, saves write through
         self.host_key = host_key
         self.trials = trials
         self.seed = seed
@@ -321,6 +333,13 @@ class Tuner:
         self.accuracy_failures = store.accuracy_failures(ctx.study)
         # the given checks and this study's learned ones; the caller's pruner is left as it was
         self.pruner = Pruner([*pruner.checks, self._learned_failure, self._failed_class])
+
+    def _judged(self) -> list[TrialResult]:
+        """The study's trials with their gates judged again (learned classes count)."""
+        return judged_again(self.store, self.ctx.study, self.view.all())
+
+    def _reference(self) -> TrialResult | None:
+        return reference_of(self.store, self.ctx.study, self.view.all())
 
     def _learned_failure(self, candidate: Candidate) -> str | None:
         for failure in self.failures:
@@ -341,7 +360,7 @@ class Tuner:
             return
         if class_status_of_trial(self.ctx.space, result) is not ClassStatus.FAILED:
             return  # nothing failed: no need to read the study back
-        failure = failure_of(self.ctx.space, result, outcome_of(self.store, self.ctx.study).trials)
+        failure = failure_of(self.ctx.space, result, self._judged())
         if failure is None:
             return
         failure = self.store.add_accuracy_failure(failure)
@@ -353,7 +372,7 @@ class Tuner:
     def _isolate_class(self, failure: AccuracyFailure) -> None:
         """Narrow a failed class to the values that fail alone, where that saves launches
         (autotune.gates.numerics): each attempt puts one failed value on the nearest passed class."""
-        space, trials = self.ctx.space, self.store.trials(self.ctx.study)
+        space, trials = self.ctx.space, self.view.all()
         start = nearest_passed(space, failure.knob_values, failure.gates, trials)
         if start is None:
             return
@@ -382,7 +401,7 @@ class Tuner:
         if found is None:
             update["isolation"] = ClassIsolation(**record, verdict="no single value failed alone: the class stays whole")
         else:
-            values, refuting = widen(space, found, failure.knob_values, failure.gates, self.store.trials(self.ctx.study))
+            values, refuting = widen(space, found, failure.knob_values, failure.gates, self.view.all())
             label = ", ".join(f"{k}={v}" for k, v in values.items())
             verdict = f"{label} fails alone" + (f" (widened by trial(s) {', '.join(map(str, refuting))})" if refuting else "")
             update = {"knob_values": values, "isolation": ClassIsolation(**record, widened_by=refuting, verdict=verdict)}
@@ -399,7 +418,7 @@ class Tuner:
         self.reporter.relaunch_started(Relaunch.isolation(candidate, failure.trial))
         with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
             result = self.launch(leased, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
-        gates = evaluate_gates(result, reference_of(self.store, self.ctx.study), self.ctx.space.gates)
+        gates = evaluate_gates(result, self._reference(), self.ctx.space.gates)
         judged = own_accuracy(result, gates)
         failed = failed_on(judged, failure.gates) is True
         evidence = [f"{g.gate}: {g.detail}" for g in judged] or [f"the launch failed: {result.reason}"]
@@ -432,7 +451,7 @@ class Tuner:
     def _cut(self, study: optuna.Study, number: int, candidate: Candidate, status: str, reason: str,
              boxes: tuple[int, ...] = ()) -> None:
         """Record an attempt that ended without a result: in runs.db, and in Optuna as FAIL."""
-        self.store.save_trial(
+        self.view.save(
             TrialResult(study=self.ctx.study, number=number, candidate=candidate, status=status, reason=reason,  # type: ignore[arg-type]
                         boxes=list(boxes))
         )
@@ -445,7 +464,7 @@ class Tuner:
         that died mid-trial become `crashed`; Optuna trials left RUNNING become FAIL. Returns the
         candidates to re-run: cut once, never finished."""
         for row in self.store.open_attempts(self.ctx.study):
-            prior = self.store.trial(self.ctx.study, row["number"])
+            prior = self.view.get(row["number"])
             candidate = prior.candidate if prior else None
             if candidate is None:
                 match = [c for c in enumerate_candidates(self.ctx.space) if c.key() == row["candidate_key"]]
@@ -460,7 +479,7 @@ class Tuner:
             )
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             _fail_running(study, frozen, "crashed")  # asked, never launched: nothing to re-run
-        trials = self.store.trials(self.ctx.study)
+        trials = self.view.all()
         finished = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
         cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
         again: dict[str, Candidate] = {}
@@ -488,7 +507,7 @@ class Tuner:
             study.enqueue_trial(params, skip_if_exists=False)
 
     def _untried_feasible(self) -> list[Candidate]:
-        tried = {t.candidate.key() for t in self.store.trials(self.ctx.study)}
+        tried = {t.candidate.key() for t in self.view.all()}
         fresh = [c for c in enumerate_candidates(self.ctx.space) if c.key() not in tried]
         return [c for c in fresh if self.pruner.reason(c) is None]
 
@@ -503,7 +522,7 @@ class Tuner:
         queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         waiting = [t.system_attrs.get("fixed_params", t.params) for t in queued]
         for candidate in candidates:
-            measured = self.store.trial_by_candidate(self.ctx.study, candidate) is not None
+            measured = self.view.by_candidate(candidate) is not None
             if not measured and self._knob_values(candidate) not in waiting:
                 self._enqueue(study, candidate)
 
@@ -511,7 +530,7 @@ class Tuner:
         space = self.ctx.space
         study = self._open()
         rerun = self._account_for_cut_attempts(study)
-        existing = self.store.trials(self.ctx.study)
+        existing = self.view.all()
         launched = self._launched(existing)
         remaining = self._untried_feasible()
         if existing:
@@ -573,10 +592,10 @@ class Tuner:
         finally:
             launches.close()
         if self.ctx.gates is GatePolicy.AT_END:
-            priced = gates_relaunch_s(self.store.trials(self.ctx.study), space.objective,
+            priced = gates_relaunch_s(self.view.all(), space.objective,
                                       self.store.relaunch_seconds(self.ctx.study))
             stopped = self._gate_the_head(priced) or stopped
-        return outcome_of(self.store, self.ctx.study, exhausted, stopped)
+        return outcome_of(self.store, self.ctx.study, exhausted, stopped, trials=self.view.all())
 
     def _next(self, study: optuna.Study, dists: dict[str, CategoricalDistribution], rng: random.Random,
               busy: set[str], twins: dict[str, list[optuna.Trial]]) -> tuple[optuna.Trial, Candidate] | None:
@@ -594,7 +613,7 @@ class Tuner:
                 idle = 0
             trial = study.ask(dists)
             candidate = make_candidate(self.ctx.space, dict(trial.params))
-            prior = self.store.trial_by_candidate(self.ctx.study, candidate)
+            prior = self.view.by_candidate(candidate)
             if prior is not None:
                 tell(study, trial, prior)
                 idle += 1
@@ -608,7 +627,7 @@ class Tuner:
                 skipped = TrialResult(
                     study=self.ctx.study, number=trial.number, candidate=candidate, status="skipped", reason=reason
                 )
-                self.store.save_trial(skipped)
+                self.view.save(skipped)
                 study.tell(trial, state=TrialState.PRUNED)
                 self.reporter.trial_skipped(skipped)
                 idle += 1
@@ -639,13 +658,13 @@ class Tuner:
         launches.submit(flight, lease, lambda: self.launch(launch_ctx, candidate, trial.number, events,
                                                            dominated=check, reuse=donor))
         if self.parallel > 1:
-            self._report_flights(launches.flights(), typical_trial_s(self.store.trials(self.ctx.study)), launched)
+            self._report_flights(launches.flights(), typical_trial_s(self.view.all()), launched)
 
     def _finish(self, study: optuna.Study, flight: Flight, result: TrialResult,
                 twins: list[optuna.Trial]) -> list[TrialResult]:
         """Judge, save and learn from one trial's result; tell Optuna. Returns the study's trials now."""
         space, trial, candidate = self.ctx.space, flight.trial, flight.candidate
-        before = [t for t in self.store.trials(self.ctx.study) if t.number != trial.number]
+        before = [t for t in self.view.all() if t.number != trial.number]
         reference = reference_of(self.store, self.ctx.study, [*before, result])
         predicted = self.predict(candidate) if self.predict else {}
         if flight.wait_needle and result.status == "ok":
@@ -653,7 +672,7 @@ class Tuner:
         gates = evaluate_gates(result, reference, space.gates, self.store.study_accuracy(self.ctx.study),
                                baseline_of([*before, result]), self.accuracy_failures)
         result = result.model_copy(update={"gates": gates, "predicted": predicted, "boxes": list(flight.boxes)})
-        self.store.save_trial(result)
+        self.view.save(result)
         self._learn_accuracy(result)
         if result.status == "ok" and result.objective:
             self.store.add_launch_sample(
@@ -696,7 +715,7 @@ class Tuner:
         """The deferred gates, run on the head of the ranking only (autotune.study.deferred)."""
 
         def judged() -> list[TrialResult]:
-            return outcome_of(self.store, self.ctx.study).trials
+            return self._judged()
 
         def relaunch(trial: TrialResult, logs: Path) -> TrialResult:
             self.reporter.relaunch_started(Relaunch.gates(trial.candidate, trial.number))
@@ -707,11 +726,11 @@ class Tuner:
                                    reuse=donor)
 
         def save(merged: TrialResult, result: TrialResult) -> None:
-            reference = reference_of(self.store, self.ctx.study)
-            gates = evaluate_gates(merged, reference, self.ctx.space.gates, self.store.study_accuracy(self.ctx.study),
-                                   baseline_of(self.store.trials(self.ctx.study)), self.accuracy_failures)
+            gates = evaluate_gates(merged, self._reference(), self.ctx.space.gates,
+                                   self.store.study_accuracy(self.ctx.study), baseline_of(self.view.all()),
+                                   self.accuracy_failures)
             merged = merged.model_copy(update={"gates": gates})
-            self.store.save_trial(merged)
+            self.view.save(merged)
             self._learn_accuracy(merged)
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
@@ -737,7 +756,7 @@ class Tuner:
         `defer`) one that may still pass them, the trial deferring its own when it is faster."""
         if not self.ctx.gates.skips_dominated or number == self.store.study_reference(self.ctx.study):
             return None
-        trials = outcome_of(self.store, self.ctx.study).trials  # gates judged again: learned classes count
+        trials = self._judged()  # gates judged again: learned classes count
         noise = self.store.launch_noise(self.host_key, self.ctx.space.engine, self.ctx.space.objective.sample_metric)
         if self.ctx.gates is GatePolicy.AT_END:  # the incumbent may have its own gates still to run
             head = optimistic_incumbent(trials)
@@ -751,7 +770,7 @@ class Tuner:
         not gated yet and has other candidates left, which a failure would save from launching."""
         if not self.learn_accuracy_classes:
             return False
-        trials = self.store.trials(self.ctx.study)
+        trials = self.view.all()
         if class_status(self.ctx.space, candidate, trials, self.accuracy_failures) is not ClassStatus.UNGATED:
             return False
         mine = numerics_class(self.ctx.space, candidate)
@@ -764,7 +783,7 @@ class Tuner:
         if not neutral or not self.ctx.gates.accuracy or number == self.store.study_reference(self.ctx.study):
             return None
         mine = {k: v for k, v in self._knob_values(candidate).items() if k not in neutral}
-        for t in self.store.trials(self.ctx.study):
+        for t in self.view.all():
             measured = (t.status == "ok" and t.accuracy_from is None and (t.needle or t.qeval) and not t.dominated
                         and not t.deferred)  # a deferred gate is not evidence to lend
             if measured and {k: v for k, v in self._knob_values(t.candidate).items() if k not in neutral} == mine:
