@@ -173,7 +173,7 @@ def test_a_copy_that_names_a_field_the_model_lacks_is_refused(tmp_path):
 
 
 def test_an_objective_and_its_measurement_spell_a_metric_one_way():
-    """The objective's metric and the measurement it reads meet in one vocabulary (models.py)."""
+    """The objective's metric and the measurement it reads meet in one vocabulary (models/space.py)."""
     from autotune.models import Objective, objective_workload, tps_measurement, tps_objective
 
     for workload in ("prose", "structured", "c8", "c32"):

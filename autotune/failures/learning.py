@@ -11,7 +11,7 @@
   values that broke (autotune/failures/isolation.py) and learn those, with the evidence and the cost.
 
 Isolation records live in their own table, `isolations` (own migration set, so this module's
-schema evolves apart from store.py's).
+schema evolves apart from autotune/store/migrations.py's).
 """
 
 from __future__ import annotations

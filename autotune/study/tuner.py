@@ -1,7 +1,7 @@
 """The Optuna study: baseline first, sample, prune before launching, run trials, gate, rank.
 
 Optuna's storage is the same runs.db (RDB storage); the project's own records go through
-store.py. A re-run of the same command finds both and resumes. Infeasible candidates are never
+store/runs_db.py. A re-run of the same command finds both and resumes. Infeasible candidates are never
 launched: they are told to Optuna as PRUNED and kept with their reason. A candidate already
 measured in the study is never launched again: its stored score is told instead.
 

@@ -1,7 +1,7 @@
 """Was a launch measured at the GPU's usual speed? A launch whose GPU throttled (heat, a hardware
 slowdown) or whose SM clocks sat below the host's usual by more than `CLOCK_DROP_SHARE` measured a
 slowed GPU, not the config: it is flagged in show, the report and the recipe, and its objective is
-left out of the launch-noise estimates (autotune/store.py) that judge every ratio.
+left out of the launch-noise estimates (autotune/store/runs_db.py) that judge every ratio.
 
 The host's usual is the median SM clock of the launches measured on it (the trials of a study, the
 launch samples of a host and engine) that did not throttle.
