@@ -115,9 +115,9 @@ def earlier_launch_noise(db, space_path) -> None:
     config as the single K at one stream) then reads as slower beyond the noise by chance."""
     space = load_space(str(space_path))
     host_key = host_fingerprint(detect(), get_engine("vllm")).key()
-    store = Store(db)
+    store, earlier = Store(db), Candidate(engine="vllm", params={"draft_k": 2})
     for i, value in enumerate([100.0, 106.0, 95.0, 103.0]):
-        store.add_launch_sample(host_key, "vllm", "earlier", Candidate(engine="vllm", params={"draft_k": 2}), value, "noise", i,
+        store.add_launch_sample(host_key, "vllm", "earlier", earlier, value, "noise", i,
                                 metric=space.objective.sample_metric)
 
 

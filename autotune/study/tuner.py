@@ -194,13 +194,18 @@ def reference_of(store: Store, name: str, trials: list[TrialResult] | None = Non
     return rerun_if_cut(next((t for t in trials if t.number == number), None), trials)
 
 
-def judged_again(store: Store, name: str, trials: list[TrialResult]) -> list[TrialResult]:
-    """`trials` with their gates judged again from the stored evidence with the study's own space and
-    mode, so a rule change (or a reference measured later) never leaves a stale pass."""
-    row = store.study(name)
-    if row is None:
-        return trials
-    gates = SearchSpace.model_validate_json(row["space"]).gates
+def judged_again(
+    store: Store, name: str, trials: list[TrialResult], space: SearchSpace | None = None
+) -> list[TrialResult]:
+    """`trials` with their gates judged again from the stored evidence with the study's own space
+    (`space`: as the caller read it from the study's row) and mode, so a rule change (or a reference
+    measured later) never leaves a stale pass."""
+    if space is None:
+        row = store.study(name)
+        if row is None:
+            return trials
+        space = SearchSpace.model_validate_json(row["space"])
+    gates = space.gates
     accuracy = store.study_accuracy(name)
     reference, base = reference_of(store, name, trials), baseline_of(trials)
     learned = store.accuracy_failures(name)
@@ -212,13 +217,15 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
                trials: list[TrialResult] | None = None) -> StudyOutcome:
     """The study as it stands (`trials`: its trials as the caller holds them, else read from runs.db),
     gates judged again (`judged_again`)."""
-    trials = judged_again(store, name, trials if trials is not None else store.trials(name))
+    trials = trials if trials is not None else store.trials(name)
     row = store.study(name)
     accuracy = store.study_accuracy(name)
     noise = None
     objective = Objective()
     if row is not None:
-        objective = SearchSpace.model_validate_json(row["space"]).objective
+        space = SearchSpace.model_validate_json(row["space"])
+        trials = judged_again(store, name, trials, space)
+        objective = space.objective
         noise = store.launch_noise(row["host_key"], row["engine"], objective.sample_metric)
     base = baseline_of(trials)
     skipped = Counter(t.reason or "" for t in trials if t.status == "skipped")

@@ -170,14 +170,16 @@ def draft_k(batch):
     return min(k, MAX_K)
 
 
+# FAKE_VLLM_STEP_S: one plain engine step's seconds; a test that compares speeds between launches sets
+# it long enough that a late wake-up of a loaded machine is a small share of the decode window
+STEP_S = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
+
+
 def step(batch):
     """(tokens one engine step puts out per request, its seconds) with K drafted: the more drafts in
     a batch, the longer the step, so a long draft pays at one stream and costs at many."""
     k = draft_k(batch)
     return 1 + k // 2, STEP_S * (1 + k * k * (batch - 1) / 4)
-# FAKE_VLLM_STEP_S: one plain engine step's seconds; a test that compares speeds between launches sets
-# it long enough that a late wake-up of a loaded machine is a small share of the decode window
-STEP_S = float(os.environ.get("FAKE_VLLM_STEP_S", "0.004"))
 # FAKE_VLLM_STALL_AFTER=N: after N generation requests every later one hangs (no byte sent) while
 # /health keeps answering 200, as an engine whose NCCL collective hangs does
 STALL_AFTER = int(os.environ.get("FAKE_VLLM_STALL_AFTER", "-1"))
