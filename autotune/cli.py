@@ -366,6 +366,9 @@ def plan(
     cluster: Annotated[
         Optional[Path], typer.Option("--cluster", help="YAML describing the boxes: the launch is shown for them")
     ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=0, help="table rows: the N fastest-predicted kept and the first N dropped (0: all; --json holds all)")
+    ] = terminal.PLAN_TOP,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Memory fit and predicted speed per candidate, then the best one's launch; starts nothing.
@@ -379,7 +382,7 @@ def plan(
     if as_json:
         console.print_json(report_.model_dump_json())
     else:
-        terminal.print_plan(console, report_)
+        terminal.print_plan(console, report_, top)
 
 
 @space_app.command("new")

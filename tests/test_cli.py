@@ -393,3 +393,45 @@ def test_a_ctrl_c_inside_string_compiled_code_still_exits_130():
                           env={**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{tests.parent}"})
     assert proc.returncode == 130, proc.stdout + proc.stderr
     assert "interrupted: engine processes stopped" in proc.stderr
+
+
+def plan_rows(out: str) -> int:
+    """Candidate rows of the plan's table: each row's first line shows its TPxPP layout."""
+    import re
+
+    return len(re.findall(r"^│[^│]*│\s+\d+x\d+\s+│", out, flags=re.MULTILINE))
+
+
+def test_plan_shows_the_fastest_candidates_and_says_how_to_see_all(capsys):
+    # the Spark x4 space keeps 2592 candidates: one table row each was 24,000 lines of terminal
+    code, out = run(capsys, "plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "4")
+    assert code == 0, out
+    assert plan_rows(out) == 20
+    assert "the 20 fastest-predicted of 2592 kept" in out and "--top 0" in out
+    assert "launch of the best-predicted candidate" in out
+
+
+def test_plan_top_picks_how_many_and_zero_shows_all(capsys):
+    import json
+
+    args = ["plan", "--space", "minimax-m3.1-flash-spark1", "--hardware", "spark", "--nodes", "1"]
+    code, out = run(capsys, *args, "--json")
+    report = json.loads(out)
+    kept, dropped = len(report["kept"]), len(report["dropped"])
+    assert kept > 5 and dropped > 5
+    code, out = run(capsys, *args, "--top", "5")
+    assert code == 0 and plan_rows(out) == 10  # five kept, five dropped
+    assert f"the 5 fastest-predicted of {kept} kept and 5 of {dropped} dropped" in out
+    code, out = run(capsys, *args, "--top", "0")
+    assert code == 0 and plan_rows(out) == kept + dropped
+    assert "fastest-predicted of" not in out
+    code, out = run(capsys, *args, "--top", "-1")
+    assert code == 2
+
+
+def test_plan_json_holds_every_candidate_whatever_top_says(capsys):
+    import json
+
+    args = ["plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "4", "--json"]
+    code, out = run(capsys, *args, "--top", "3")
+    assert code == 0 and len(json.loads(out)["kept"]) == 2592

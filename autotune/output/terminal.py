@@ -731,7 +731,12 @@ def plan_hardware_line(report: PlanReport) -> str | None:
                                        report.detected_on)
 
 
-def print_plan(console: Console, plan_report: PlanReport) -> None:
+PLAN_TOP = 20  # candidate rows `autotune plan` shows unless --top says otherwise
+
+
+def print_plan(console: Console, plan_report: PlanReport, top: int = PLAN_TOP) -> None:
+    """The plan's table (the `top` fastest-predicted kept and the first `top` dropped; 0: all),
+    then the best-predicted candidate's launch."""
     line = plan_hardware_line(plan_report)
     if line:
         console.print(line, markup=False, highlight=False)
@@ -740,7 +745,7 @@ def print_plan(console: Console, plan_report: PlanReport) -> None:
     width = console.width
     console.width = max(width, PLAN_MIN_WIDTH)
     try:
-        console.print(render_plan_table(plan_report))
+        console.print(render_plan_table(plan_report, top))
     finally:
         console.width = width
     if plan_report.launch is not None:
@@ -799,12 +804,24 @@ def plan_bound(est: PlanEstimate) -> str:
     return f"{_BOUND_WORDS[est.decode_bound]} {share:.0%}"
 
 
-def render_plan_table(report: PlanReport) -> Table:
-    """Kept candidates (fastest first), then dropped ones with their reasons. Settings and unknown
-    terms shared by every row go to the caption; rows show what differs."""
-    rows = report.kept + report.dropped
+def _shown_line(report: PlanReport, top: int) -> str | None:
+    """What a table cut to `top` rows of each kind leaves out, and how to see it (None: nothing)."""
+    kept, dropped = len(report.kept), len(report.dropped)
+    if not top or (kept <= top and dropped <= top):
+        return None
+    parts = [f"the {min(top, kept)} fastest-predicted of {kept} kept"]
+    if dropped:
+        parts.append(f"{min(top, dropped)} of {dropped} dropped")
+    return f"shown: {' and '.join(parts)}; --top N shows N of each, --top 0 every candidate, --json all of them"
+
+
+def render_plan_table(report: PlanReport, top: int = 0) -> Table:
+    """Kept candidates (fastest first), then dropped ones with their reasons; with `top`, only the
+    first `top` of each. Settings and unknown terms shared by every candidate (shown or not) go to
+    the caption; rows show what differs."""
+    shared = _common([est.label.split(" ") for est in report.kept + report.dropped])
+    rows = (report.kept[:top] + report.dropped[:top]) if top else report.kept + report.dropped
     tokens = [est.label.split(" ") for est in rows]
-    shared = _common(tokens)
     shared_unknown = _common([est.unknown for est in report.kept])
     caption = [
         "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
@@ -821,6 +838,9 @@ def render_plan_table(report: PlanReport) -> Table:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
         caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
+    shown = _shown_line(report, top)
+    if shown:
+        caption.append(shown)
     table = Table(
         title=f"plan: {report.space} on {report.nodes} x {report.hardware} "
         f"({len(report.kept)} kept, {len(report.dropped)} dropped)",
