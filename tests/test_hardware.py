@@ -165,6 +165,25 @@ def test_one_multi_gpu_node_may_use_a_subset_but_not_more():
         parallel_layout(space(tensor_parallel_size=16), candidate(), h200, 1)
 
 
+def headed_space(n_heads: int | None, n_kv_heads: int | None, **fixed) -> SearchSpace:
+    model = ModelSpec(name="m", path="m", n_heads=n_heads, n_kv_heads=n_kv_heads)
+    return SearchSpace(name="t", engine="vllm", model=model, knobs=[], fixed=fixed)
+
+
+def test_tensor_parallel_that_does_not_split_the_heads_is_a_config_error():
+    # Gemma 3 270M (4 heads, 1 KV head) on two 8-GPU boxes filled TP 16: vLLM refuses it at start
+    h200 = get_profile("h200")
+    with pytest.raises(ConfigError, match=r"4 attention heads do not split over tensor_parallel_size=16"):
+        parallel_layout(headed_space(4, 1), candidate(), h200, 2)
+    with pytest.raises(ConfigError, match=r"6 KV heads and tensor_parallel_size=4: one must divide the other"):
+        parallel_layout(headed_space(24, 6, tensor_parallel_size=4), candidate(), h200, 1)
+    # heads that split, KV heads replicated over the ranks, or heads the space does not give: as before
+    assert parallel_layout(headed_space(64, 8), candidate(), h200, 2) == (16, 1)
+    assert parallel_layout(headed_space(32, 4, tensor_parallel_size=8), candidate(), h200, 1) == (8, 1)
+    assert parallel_layout(headed_space(None, None), candidate(), h200, 2) == (16, 1)
+    assert parallel_layout(headed_space(4, 1, pipeline_parallel_size=4), candidate(), get_profile("spark"), 4) == (1, 4)
+
+
 def test_cpu_host_is_one_device():
     cpu = get_profile("cpu")
     assert parallel_layout(space(), candidate(), cpu, 1) == (1, 1)

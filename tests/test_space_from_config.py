@@ -187,7 +187,7 @@ def test_space_new_never_writes_over_a_file(capsys, tmp_path):
         ("not_llm", "config.json has no num_hidden_layers: not the config of a decoder LLM"),
         ("exl3", "quant_method 'exl3': autotune does not know its bits per weight"),
         ("too_big", "DeepSeek-V3 does not fit on 4 x spark even at 4096 tokens"),
-        ("heads", "32 attention heads do not split over tensor parallel size 3"),
+        ("heads", "32 attention heads do not split over tensor_parallel_size=3"),
     ],
 )
 def test_space_new_bad_input_is_one_line_and_exit_2(capsys, tmp_path, setup, message):

@@ -39,7 +39,7 @@ from autotune import __version__
 from autotune.model import config as model_config
 from autotune.errors import ConfigError
 from autotune.hardware.device import detect
-from autotune.hardware.profiles import describe, resolve_hardware
+from autotune.hardware.profiles import describe, resolve_hardware, tensor_split_refusal
 from autotune.model.config import config_file, text_fields
 from autotune.engines.vllm import SM12X_BACKENDS, UNVERIFIED, VALUE_FLAGS, VllmEngine
 from autotune.engines.vllm_choices import EngineChoices
@@ -453,15 +453,10 @@ def slug(text: str) -> str:
 
 
 def _check_tp(arch: Architecture, tp: int) -> None:
-    if arch.n_heads % tp:
-        raise ConfigError(
-            f"{arch.n_heads} attention heads do not split over tensor parallel size {tp} (vLLM needs heads divisible "
-            f"by it); pick --nodes dividing {arch.n_heads}"
-        )
-    if not arch.is_mla and arch.n_kv_heads % tp and tp % arch.n_kv_heads:
-        raise ConfigError(
-            f"{arch.n_kv_heads} KV heads and tensor parallel size {tp}: one must divide the other for vLLM"
-        )
+    refusal = tensor_split_refusal(arch.n_heads, None if arch.is_mla else arch.n_kv_heads, tp)
+    if refusal:
+        hint = f"; pick --nodes dividing {arch.n_heads}" if arch.n_heads % tp else ""
+        raise ConfigError(refusal + hint)
 
 
 def _sm12x(profile: HardwareProfile) -> bool:

@@ -230,4 +230,19 @@ def parallel_layout(
             f"make their product{need} {total}"
             + (f" ({describe(hardware)})" if hardware.detected_on else "")
         )
+    refusal = tensor_split_refusal(space.model.n_heads, space.model.n_kv_heads, tp)
+    if refusal:
+        raise ConfigError(refusal)
     return tp, pp
+
+
+def tensor_split_refusal(n_heads: int | None, n_kv_heads: int | None, tp: int) -> str | None:
+    """Why vLLM refuses to split these heads over `tp` ranks (None: it does, or the heads are not
+    known). Attention heads must divide evenly; KV heads either divide or are replicated over the
+    ranks, so one of the two counts must divide the other."""
+    if n_heads and n_heads % tp:
+        return (f"{n_heads} attention heads do not split over tensor_parallel_size={tp} "
+                "(vLLM needs the heads divisible by it)")
+    if n_kv_heads and n_kv_heads % tp and tp % n_kv_heads:
+        return f"{n_kv_heads} KV heads and tensor_parallel_size={tp}: one must divide the other for vLLM"
+    return None
