@@ -146,6 +146,10 @@ def test_min_requests_that_can_never_pass_is_refused():
 # ---------------------------------------------------------------- a real HTTP stand-in under load
 
 
+class WideBacklogServer(ThreadingHTTPServer):
+    request_queue_size = 2048  # http.server's 5 drops connections of a wide wave, which would read as misses
+
+
 class LoadServer:
     """A streaming OpenAI-style server whose TTFT grows by `per_stream_ms` with each other request
     in flight at arrival, and which answers HTTP 500 to a request arriving with more than
@@ -207,7 +211,7 @@ class LoadServer:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = WideBacklogServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -277,7 +277,13 @@ class H(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
-ThreadingHTTPServer((args.host, args.port), H).serve_forever()
+class Server(ThreadingHTTPServer):
+    # the listen backlog: http.server's 5 drops connections of a 32-stream wave (ReadError), where
+    # vLLM's uvicorn keeps 2048
+    request_queue_size = 2048
+
+
+Server((args.host, args.port), H).serve_forever()
 '''
 
 
