@@ -7,7 +7,7 @@ autotune's own meter (autotune/bench/energy.py) reads beside them.
 Without COMMAND the window is idle for --seconds; with it, the window is the command's run (e.g. an
 `autotune search`). Prints one JSON object: per GPU, the counter's J, nvidia-smi's integrated J, their
 ratio, the sample count; and the meter's reading of the same window. Exit 1 when a counter does not
-advance (or NVML cannot be read)."""
+advance, or NVML cannot be read (COMMAND runs all the same)."""
 
 from __future__ import annotations
 
@@ -54,8 +54,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         nvml = Nvml.open(args.gpus)
-    except NvmlUnavailable as exc:
-        print(json.dumps({"error": str(exc)}))
+    except NvmlUnavailable as exc:  # the command still runs: a study is worth its tok/s without the check
+        rc = subprocess.run(args.command).returncode if args.command else None
+        print(json.dumps({"error": str(exc), "command_rc": rc}))
         return 1
     gpus = list(nvml.handles)
     meter = EnergyMeter.open(args.gpus)
