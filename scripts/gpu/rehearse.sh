@@ -10,8 +10,8 @@
 #   bash scripts/gpu/rehearse.sh [--fresh] capacity.sh study      (from anywhere in the project)
 # Results go to a new folder under /tmp (printed first). runs.db and logs stay in /tmp/autotune between
 # rehearsals, as between the stages of one lent machine (vllm033.sh study, then resume); --fresh
-# empties it first. Refused where nvidia-smi runs, or where /tmp/site, /tmp/gpu-bundle or
-# /tmp/autotune hold something a rehearsal did not write.
+# empties it first. Refused where nvidia-smi runs, or where /tmp/site, /tmp/gpu-bundle, /tmp/autotune
+# or /tmp/gemma-hf hold something a rehearsal did not write.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 fresh=0; [[ ${1:-} == --fresh ]] && { fresh=1; shift; }
@@ -19,7 +19,7 @@ fresh=0; [[ ${1:-} == --fresh ]] && { fresh=1; shift; }
 if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi > /dev/null 2>&1; then
   echo "a GPU answers here: run the stage itself, not a rehearsal" >&2; exit 2
 fi
-for d in /tmp/site /tmp/gpu-bundle /tmp/autotune; do
+for d in /tmp/site /tmp/gpu-bundle /tmp/autotune /tmp/gemma-hf; do
   if [[ -e $d && ! -e $d/.rehearsal ]]; then echo "$d exists and is not a rehearsal's: move it away first" >&2; exit 2; fi
 done
 rm -rf /tmp/site /tmp/gpu-bundle
@@ -33,6 +33,12 @@ from fakes.vllm_site import write_fake_vllm
 site = write_fake_vllm(Path("/tmp/site"), "0.33.0")
 for name in (".rehearsal", ".installed-vllm-0.33.0"):
     (site / name).touch()
+# the converted Gemma the gemma and record stages serve: its config.json only (the stand-in reads no weights)
+gemma = Path("/tmp/gemma-hf")
+gemma.mkdir(exist_ok=True)
+(gemma / ".rehearsal").touch()
+(gemma / "config.json").write_text(
+    '{"architectures": ["Gemma3ForCausalLM"], "head_dim": 256, "num_attention_heads": 4, "num_key_value_heads": 1}')
 PY
 mkdir -p /tmp/gpu-bundle/stage && touch /tmp/gpu-bundle/.rehearsal
 printf '#!/usr/bin/env bash\necho "rehearsal: nothing installed (the stand-in vLLM is in /tmp/site)"\n' \

@@ -283,7 +283,7 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
-Server((args.host, args.port), H).serve_forever()
+Server((args.host or "", args.port), H).serve_forever()  # no --host: every interface, as vLLM
 '''
 
 
