@@ -11,6 +11,7 @@
 #                                        # needle and qeval: baseline, fp8 KV, ngram draft 4 (the 0.26.0 configs of 2026-11-30)
 #   bash scripts/gpu/vllm033.sh record-rest  # the 8 failure recordings the first pass lost (tests/logs/v0.33.0/README.md),
 #                                        # 4 at a time with 260 s each (170 s cut them), Gemma from the bundle
+# HW=h100 where the lent card is an H100 (the profile the studies plan with; default h200).
 # VLLM_USE_FLASHINFER_SAMPLER=0: 0.33 samples with FlashInfer by default, which JIT-compiles its
 # kernels on a first start (minutes) when flashinfer-cubin is not installed; greedy decoding does
 # not need it.
@@ -19,7 +20,7 @@ source "$(dirname "$0")/dummy_common.sh"   # PYTHONPATH, $W, $DB, $at, save, ins
 export VLLM_USE_FLASHINFER_SAMPLER=0
 GT="--space benchmarks/spaces/vllm-minimax-m2-12l-gt16.yaml --study v033-gt --db $DB --logs $W/logs --trials 4
   --try quantization=fp8 --try attention_backend=TRITON_ATTN --try kv_cache_dtype=fp8 --confirm-rounds 0
-  --noise-relaunches 0 --hardware h200"
+  --noise-relaunches 0 --hardware ${HW:-h200}"
 gemma_hf() {  # /tmp/gemma-hf: the GGUF from this bundle (--with-gemma) or the 0.26 one, as a Hugging Face checkpoint
   [[ -f /tmp/gemma-hf/config.json ]] && return 0
   local site=/tmp/site
@@ -70,7 +71,7 @@ gemma)
   [[ -f /tmp/site/.installed-vllm-0.33.0 ]] || install
   gemma_hf
   timeout "${GEMMA_TIMEOUT:-560}" $at search --space vllm-gemma3-270m --model /tmp/gemma-hf --study v033-gemma \
-    --db "$DB" --logs "$W/logs" --hardware h200 --trials 3 --try kv_cache_dtype=fp8 --try draft_k=4 \
+    --db "$DB" --logs "$W/logs" --hardware "${HW:-h200}" --trials 3 --try kv_cache_dtype=fp8 --try draft_k=4 \
     --confirm-rounds 0 --noise-relaunches 0 --time-budget "${GEMMA_BUDGET:-9}" > "$OUT/gemma.txt" 2>&1
   echo "search exit $?" >> "$OUT/gemma.txt"
   save; tail -4 "$OUT/install.txt" 2>/dev/null; tail -30 "$OUT/gemma.txt" ;;
@@ -80,7 +81,7 @@ smoke)
   echo "help exit $?" >> "$OUT/install.txt"
   # engine logs straight into $OUT: a call cut at its limit still brings them back
   timeout "${TRIAL_TIMEOUT:-420}" $at search --space benchmarks/spaces/vllm-minimax-m2-12l-sittings.yaml --study v033 \
-    --db "$DB" --logs "$OUT/logs" --trials 1 --confirm-rounds 0 --noise-relaunches 0 --hardware h200 \
+    --db "$DB" --logs "$OUT/logs" --trials 1 --confirm-rounds 0 --noise-relaunches 0 --hardware "${HW:-h200}" \
     > "$OUT/trial.txt" 2>&1
   echo "search exit $?" >> "$OUT/trial.txt"
   save; tail -5 "$OUT/install.txt"; tail -25 "$OUT/trial.txt" ;;
