@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+# A background job of a non-interactive shell (`pytest &` in a script) starts with SIGINT ignored, and
+# every autotune a test starts inherits that: the Ctrl-C tests then wait on a search that cannot be
+# interrupted. A Python handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 
