@@ -435,3 +435,20 @@ def test_plan_json_holds_every_candidate_whatever_top_says(capsys):
     args = ["plan", "--space", "minimax-m3.1-flash-spark4", "--hardware", "spark", "--nodes", "4", "--json"]
     code, out = run(capsys, *args, "--top", "3")
     assert code == 0 and len(json.loads(out)["kept"]) == 2592
+
+
+@pytest.mark.parametrize("hardware, arch", [("h200", "sm_90"), ("h100", "sm_90")])
+def test_plan_for_other_hardware_drops_what_its_arch_is_known_to_refuse(capsys, hardware, arch):
+    """With no probe of such a host, `plan --hardware h200` put nvfp4 KV candidates first, which
+    no vLLM attention backend takes on sm_90 (recorded on the H200); the profile's known failures
+    drop them, naming the arch and the source. (Spark has none: there the image decides, by probe.)"""
+    import json
+
+    code, out = run(capsys, "plan", "--space", "vllm-gemma3-270m", "--hardware", hardware, "--json")
+    assert code == 0, out
+    plan = json.loads(out)
+    assert plan["kept"] and not [e for e in plan["kept"] if "kv_cache_dtype=nvfp4" in e["label"]]
+    dropped = [e for e in plan["dropped"] if "kv_cache_dtype=nvfp4" in e["label"]]
+    assert dropped and all(e["reason"].startswith(f"known to fail on {hardware} ({arch}): ") for e in dropped)
+    fp8 = [e for e in plan["kept"] if "kv_cache_dtype=fp8" in e["label"]]
+    assert fp8  # only the refused value goes

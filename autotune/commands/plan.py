@@ -24,10 +24,7 @@ from autotune.models import (
 from autotune.output.recipe import portable_launch, recipe_from_plan, render_recipe
 from autotune.planner.roofline import PlanReport, dropped_estimate
 from autotune.planner.roofline import plan as plan_candidates
-from autotune.space.candidates import (
-    load_space,
-    probes_check,
-)
+from autotune.space.candidates import Pruner, known_failures_check, load_space, probes_check
 from autotune.store import Store
 from autotune.trial.run import TrialContext
 
@@ -86,7 +83,7 @@ def plan_space(
     cluster_file: Path | None = None,
 ) -> PlanReport:
     """Memory fit and predictions per candidate, plus the best-predicted one's launch per node."""
-    space, engine, profile, node_count, kept, probe_dropped, choices = _planned(
+    space, engine, profile, node_count, kept, refused, choices = _planned(
         space_name, hardware, nodes, model_path, db_path, cluster_file
     )
     report = plan_candidates(space, kept, profile, node_count)
@@ -95,7 +92,7 @@ def plan_space(
         best = next(c for c in kept if c.key() == report.kept[0].candidate_key)
         launch, note = launch_to_show(space, engine, best, profile, node_count, cluster_file)
     return report.model_copy(
-        update={"dropped": [*probe_dropped, *report.dropped], "launch": launch, "hosts_note": note, "choices": choices}
+        update={"dropped": [*refused, *report.dropped], "launch": launch, "hosts_note": note, "choices": choices}
     )
 
 
@@ -103,8 +100,9 @@ def _planned(
     space_name: str, hardware: str | None, nodes: int | None, model_path: str | None, db_path: Path | None,
     cluster_file: Path | None = None,
 ) -> tuple[SearchSpace, Engine, HardwareProfile, int, list[Candidate], list[PlanEstimate], ChoicesCheck]:
-    """The space's candidates that rules, layout and -- when runs.db holds probes of this very host
-    and the plan is for this host's hardware -- the probes allow; the probe-refused ones apart; and
+    """The space's candidates that rules, layout, the profile's known failures (hardware not this
+    host's) and -- when runs.db holds probes of this very host and the plan is for this host's
+    hardware -- the probes allow; the refused ones apart; and
     the knob values against the installed engine's choices (a refused value: ConfigError)."""
     space = load_space(space_name)
     engine = get_engine(space.engine).use_space(space)
@@ -117,10 +115,10 @@ def _planned(
     profile = node_profile(hardware or space.hardware, device, cluster_file)
     node_count = nodes or space.nodes
     space, _, _, kept = launchable(space, engine, profile, node_count)
-    dropped: list[PlanEstimate] = []
+    checks = [known_failures_check(profile)]  # a no-op on this host's own profile: its probes decide
     if store is not None and device is not None and is_this_host(profile, device):
-        check = probes_check(store.probe_results(host_fingerprint(device, engine).key()))
-        verdicts = [(c, check(c)) for c in kept]
-        kept = [c for c, why in verdicts if why is None]
-        dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]
+        checks.append(probes_check(store.probe_results(host_fingerprint(device, engine).key())))
+    verdicts = [(c, Pruner(checks).reason(c)) for c in kept]
+    kept = [c for c, why in verdicts if why is None]
+    dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]
     return space, engine, profile, node_count, kept, dropped, choices

@@ -43,6 +43,7 @@ from autotune.space.candidates import (
     baseline,
     count_candidates,
     enumerate_candidates,
+    known_failures_check,
     load_space,
     make_candidate,
     needle_check,
@@ -289,7 +290,8 @@ def prepare(
         check_same_experiment(name, stored, space)
     probes = store.probe_results(host.key()) if store else []
     pruner = Pruner(
-        [rules, layout, needle_check(space, gates.accuracy), probes_check(probes), fits_check(space, profile, node_count),
+        [rules, layout, needle_check(space, gates.accuracy), probes_check(probes), known_failures_check(profile),
+         fits_check(space, profile, node_count),
          launch_check(ctx), nccl_check(engine, ctx.nccl)]
     )
     pool = box_pool(cluster_file, boxes)

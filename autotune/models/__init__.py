@@ -11,7 +11,7 @@ launch, measurement, energy, trial, host, plan, recipe. Outside this package, im
 from autotune.models.base import Checked, Record, Scalar, Strict, utc_now, utc_now_ms
 from autotune.models.space import (
     CAPACITY_OBJECTIVE, DECODE_OBJECTIVES, ENERGY_OBJECTIVE, METRIC_FAMILIES, WEIGHTED_OBJECTIVE,
-    WORKLOAD_PATTERN, Better, GatePolicy, Gates, HardwareProfile, KnobSpec, ModelSpec, NeedleConfig,
+    WORKLOAD_PATTERN, Better, GatePolicy, Gates, HardwareProfile, KnobSpec, KnownFailure, ModelSpec, NeedleConfig,
     Objective, QevalConfig, Quantity, Rule, SearchSpace, Slo, SpaceObjective, WeightedTerm, Workload,
     measured_families, objective_workload, tps_measurement, tps_objective, wilson_interval,
 )

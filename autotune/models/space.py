@@ -13,6 +13,16 @@ from pydantic import Field, field_validator, model_validator
 from autotune.models.base import Scalar, Strict
 
 
+class KnownFailure(Strict):
+    """A setting this hardware's GPU arch is known to refuse (a recording here or a public report).
+    `plan` and `search` drop it where the profile is not this host's; on such a host its probes decide."""
+
+    engine: str
+    params: dict[str, Scalar] = Field(..., description="the candidate values that fail together")
+    reason: str
+    source: str
+
+
 class HardwareProfile(Strict):
     """One box (node) of a hardware kind; `nodes` boxes make a cluster."""
 
@@ -54,6 +64,7 @@ class HardwareProfile(Strict):
         "replaced the built-in figures: --hardware auto, or the named profile of the host it runs on",
     )
     sources: list[str] = Field(default_factory=list)
+    known_failures: list[KnownFailure] = Field(default_factory=list)
 
 
 class ModelSpec(Strict):

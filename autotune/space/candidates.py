@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
-from autotune.models import Candidate, ProbeResult, Rule, Scalar, SearchSpace
+from autotune.models import Candidate, HardwareProfile, ProbeResult, Rule, Scalar, SearchSpace
 from autotune.yaml_files import load_yaml_model
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
@@ -180,6 +180,23 @@ def probes_check(probes: Iterable[ProbeResult]) -> Check:
             if probe_blocks(probe, candidate):
                 why = f" ({probe.signature})" if probe.signature else ""
                 return f"probe: {probe.feature} fails on this host{why}"
+        return None
+
+    return check
+
+
+def known_failures_check(profile: HardwareProfile) -> Check:
+    """The profile's known failures, for a profile that is not this host's (no probe of such a host
+    here); on the host itself (`detected_on`) its probes decide, so a newer engine that runs it is seen."""
+    known = [] if profile.detected_on else profile.known_failures
+
+    def check(candidate: Candidate) -> str | None:
+        for failure in known:
+            if failure.engine == candidate.engine and all(
+                candidate.params.get(name) == value for name, value in failure.params.items()
+            ):
+                arch = f" ({profile.compute_capability})" if profile.compute_capability else ""
+                return f"known to fail on {profile.name}{arch}: {failure.reason} [{failure.source}]"
         return None
 
     return check

@@ -43,7 +43,7 @@ import json; d = json.load(open('$OUT/counter-idle.json'))
 print({g: (v['counter_j'], v['nvidia_smi_j'], v['counter_over_smi'], v['samples']) for g, v in d.get('gpus', {}).items()})" ;;
 study)   # ~110-130 s a trial once warm; a first start on a fresh machine ~280 s
   install
-  python3 scripts/gpu/energy_check.py -- timeout 540 $at search --space $SPACE --study energy-h200 --db "$DB" --hardware h200 \
+  python3 scripts/gpu/energy_check.py -- timeout 540 $at search --space $SPACE --study energy-h200 --db "$DB" --hardware "${HW:-h200}" \
     --logs "$W/logs" --trials 3 $TRIES --confirm-rounds 0 --noise-relaunches 0 --time-budget 8.5 \
     > "$OUT/study-check.json" 2> "$OUT/study.err"
   echo "energy_check exit $?" >> "$OUT/study.err"
@@ -54,8 +54,8 @@ tpj)
 import yaml; d = yaml.safe_load(open('search_spaces/$SPACE.yaml'))
 d['name'] = '$SPACE-tpj'; d['objective'] = {'metric': 'tokens_per_joule', 'energy_workload': 'c8'}
 yaml.safe_dump(d, open('/tmp/tpj.yaml', 'w'), sort_keys=False)"
-  timeout 560 $at search --space /tmp/tpj.yaml --study energy-h200-tpj --db "$DB" --logs "$W/logs" --hardware h200 --trials 3 \
-    $TRIES --confirm-rounds 0 --noise-relaunches 1 --time-budget 9 > "$OUT/tpj.txt" 2>&1
+  timeout "${TPJ_TIMEOUT:-560}" $at search --space /tmp/tpj.yaml --study energy-h200-tpj --db "$DB" --logs "$W/logs" --hardware "${HW:-h200}" --trials 3 \
+    $TRIES --confirm-rounds 0 --noise-relaunches 1 --time-budget "${TPJ_BUDGET:-9}" > "$OUT/tpj.txt" 2>&1
   echo "search exit $?" >> "$OUT/tpj.txt"
   save; rank energy-h200-tpj > "$OUT/rank-tpj.txt" 2>&1; cat "$OUT/rank-tpj.txt"; tail -30 "$OUT/tpj.txt" ;;
 report)
