@@ -74,7 +74,13 @@ def search(
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
     no_accuracy: Annotated[bool, typer.Option("--no-accuracy", help="throughput only: skip needle and qeval")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print each surviving candidate's launch; launch nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the launches a new study starts with (baseline, --try, the "
+                           "planner's first) and what pruning drops; launch nothing")
+    ] = False,
+    all_candidates: Annotated[
+        bool, typer.Option("--all-candidates", help="with --dry-run: every surviving candidate's launch")
+    ] = False,
     logs: Annotated[Path, typer.Option("--logs", help="folder for engine logs")] = Path("autotune-logs"),
     seed: Annotated[int, typer.Option("--seed", help="sampler seed")] = 0,
     tries: Annotated[
@@ -186,7 +192,11 @@ def search(
     for line in plan.choices.notes() if plan.choices else []:
         errors.print(f"note: {line}", markup=False, highlight=False)
     if dry_run:
-        terminal.print_dry_run(console, plan)
+        from autotune.study.plan import surviving
+
+        rows = surviving(plan)
+        first = setup.launched_first(plan, [c for c, why in rows if why is None])
+        terminal.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
     if plan.ctx.nccl:
         from autotune.launchers.nccl import summary

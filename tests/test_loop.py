@@ -129,7 +129,10 @@ def test_dry_run_launches_nothing(space, tmp_path, capsys):
     assert main(["search", "--space", path, "--db", str(tmp_path / "runs.db"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "4 candidates, 4 survive pruning" in out
-    assert out.count("python3 -m llama_cpp.server --model") == 4
+    # the baseline and the planner's first three, the baseline among them: what a new study queues
+    assert out.count("python3 -m llama_cpp.server --model") == 3 and "the other 1 that survive pruning" in out
+    assert main(["search", "--space", path, "--db", str(tmp_path / "runs.db"), "--dry-run", "--all-candidates"]) == 0
+    assert capsys.readouterr().out.count("python3 -m llama_cpp.server --model") == 4
     assert not (tmp_path / "runs.db").exists()
     assert not engine_pids(alias)
 

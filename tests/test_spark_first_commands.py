@@ -195,3 +195,27 @@ def test_plan_with_a_cluster_file_of_fewer_boxes_is_refused(capsys, tmp_path):
     code, out, err = run(capsys, "plan", "--hardware", "spark", "--nodes", "4", "--cluster", str(cluster))
     assert code == 2
     assert f"--nodes 4 but the cluster file {cluster} lists 2 nodes" in err
+
+
+def test_dry_run_shows_what_the_study_launches_first_and_every_launch_only_when_asked(capsys):
+    """The main command's dry run printed all 2592 candidates' launches (28,518 lines): now the
+    ones a new study launches first, in its order, and --all-candidates for the rest."""
+    import re
+
+    def heads(text: str) -> list[str]:
+        return [line for line in text.splitlines() if re.match(r"#\d+ ", line)]
+
+    args = ("search", "--hardware", "spark", "--nodes", "4", "--dry-run")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    first = heads(out)
+    assert len(first) == 4 and first[0].startswith("#0 (baseline) ")
+    assert all(line.split()[1] == "(planner)" for line in first[1:])
+    assert "then the sampler picks among the other 2588 that survive pruning; --all-candidates shows every launch" in out
+    assert len(out.splitlines()) < 80
+    code, out, err = run(capsys, *args, "--try", "kv_cache_dtype=fp8")
+    assert code == 0, err
+    assert [line.split()[1] for line in heads(out)] == ["(baseline)", "(--try)", "(planner)", "(planner)", "(planner)"]
+    code, out, err = run(capsys, *args, "--all-candidates")
+    assert code == 0, err
+    assert len(heads(out)) == 2592

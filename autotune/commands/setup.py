@@ -52,7 +52,7 @@ from autotune.space.candidates import (
 )
 from autotune.space.fingerprint import check_same_experiment
 from autotune.store import Store, check_writable
-from autotune.study.plan import SearchPlan
+from autotune.study.plan import QueuedAs, SearchPlan, queued_first
 from autotune.trial.run import TrialContext
 
 
@@ -356,6 +356,11 @@ def planner_order(space: SearchSpace, hardware: HardwareProfile, nodes: int) -> 
 
 def predicted_order(plan: SearchPlan) -> Callable[[list[Candidate]], list[Candidate]]:
     return planner_order(plan.space, plan.hardware, plan.nodes)
+
+
+def launched_first(plan: SearchPlan, kept: list[Candidate]) -> list[tuple[Candidate, QueuedAs]]:
+    """What a new study of this plan launches before its sampler picks: as the Tuner queues it."""
+    return queued_first(baseline(plan.space), plan.first, predicted_order(plan)(kept))
 
 
 def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:

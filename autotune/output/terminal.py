@@ -36,7 +36,7 @@ from autotune.gates.score import Standing, standing, verdict
 from autotune.study.tuner import StudyOutcome
 
 if TYPE_CHECKING:
-    from autotune.study.plan import SearchPlan
+    from autotune.study.plan import QueuedAs, SearchPlan
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -612,12 +612,15 @@ def print_launch(console: Console, launch: LaunchSpec) -> None:
             console.print(f"  {part}", markup=False, highlight=False)
 
 
-def print_dry_run(console: Console, plan: SearchPlan) -> None:
+def print_dry_run(
+    console: Console, plan: SearchPlan, rows: list[tuple[Candidate, str | None]],
+    first: list[tuple[Candidate, QueuedAs]], every: bool,
+) -> None:
+    """The launches a new study starts with (baseline, --try, the planner's), in its order, marked;
+    with `every`, the other surviving candidates' launches after them."""
     from autotune.launchers.cluster import is_placeholder, placeholder_note
     from autotune.output.recipe import portable_launch
-    from autotune.study.plan import surviving
 
-    rows = surviving(plan)
     kept = [c for c, why in rows if why is None]
     console.print(
         f"space {plan.space.name}: {plan.candidates_total} candidates, {len(kept)} survive pruning "
@@ -628,14 +631,23 @@ def print_dry_run(console: Console, plan: SearchPlan) -> None:
     if cluster is not None and is_placeholder(cluster):
         console.print(placeholder_note(len(cluster.nodes)), markup=False, highlight=False)
     console.print(parallel_plan(plan), markup=False, highlight=False)
-    for i, candidate in enumerate(kept):
-        launch = portable_launch(plan.ctx.render(candidate))
-        console.print(f"[bold]#{i}[/] {candidate.label()}")
-        print_launch(console, launch)
-    dropped: dict[str, int] = {}
-    for _, why in rows:
+    pruned = {c.key(): why for c, why in rows if why}
+    shown = {c.key() for c, _ in first}
+    rest = [c for c in kept if c.key() not in shown]
+    listed = [(c, f"({why.value}) ") for c, why in first] + ([(c, "") for c in rest] if every else [])
+    for i, (candidate, mark) in enumerate(listed):
+        why = pruned.get(candidate.key())
+        console.print(f"[bold]#{i}[/] {mark}{candidate.label()}", markup=True, highlight=False)
         if why:
-            dropped[why] = dropped.get(why, 0) + 1
+            console.print(f"  [dim]pruned: {why}[/]")
+            continue
+        print_launch(console, portable_launch(plan.ctx.render(candidate)))
+    if rest and not every:
+        console.print(f"then the sampler picks among the other {len(rest)} that survive pruning; "
+                      "--all-candidates shows every launch", markup=False, highlight=False)
+    dropped: dict[str, int] = {}
+    for why in pruned.values():
+        dropped[why] = dropped.get(why, 0) + 1
     for why, count in sorted(dropped.items(), key=lambda x: -x[1]):
         console.print(f"[dim]pruned {count}: {why}[/]")
 

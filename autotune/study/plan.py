@@ -3,6 +3,7 @@ pruner, made by autotune/commands/setup.py; nothing launched or written yet."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -47,6 +48,30 @@ class SearchPlan(BaseModel):
     boxes: int = 1  # the boxes trials lease (autotune/study/leases.py); each trial takes `nodes` of them
     pool_cluster: Cluster | None = None  # the cluster file's nodes those boxes are (None: stand-ins on this host)
     parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
+
+
+#: the planner's best-predicted candidates a new study queues after the baseline and the --try ones
+PLANNER_FIRST = 3
+
+
+class QueuedAs(str, Enum):
+    """Why a new study launches a candidate before its sampler picks any."""
+
+    BASELINE = "baseline"
+    TRY = "--try"
+    PLANNER = "planner"
+
+
+def queued_first(base: Candidate, tries: list[Candidate], ranked: list[Candidate]) -> list[tuple[Candidate, QueuedAs]]:
+    """What a new study launches first, in order: the baseline, the --try candidates, then the
+    first PLANNER_FIRST of `ranked` (the planner's order), each once."""
+    queue = [(base, QueuedAs.BASELINE)]
+    seen = {base.key()}
+    for candidate, why in [*((c, QueuedAs.TRY) for c in tries), *((c, QueuedAs.PLANNER) for c in ranked[:PLANNER_FIRST])]:
+        if candidate.key() not in seen:
+            seen.add(candidate.key())
+            queue.append((candidate, why))
+    return queue
 
 
 def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:

@@ -50,6 +50,7 @@ from autotune.gates.numerics import (
 )
 from autotune.study.leases import BoxPool
 from autotune.study.parallel import Flight, Launches, in_flight_text, leased_context, on_boxes
+from autotune.study.plan import queued_first
 from autotune.study.relaunch_cost import gates_relaunch_s
 from autotune.study.relaunches import Relaunch
 from autotune.gates.score import constraint_values, evaluate_gates, rank
@@ -549,13 +550,9 @@ class Tuner:
                     f"space {space.name!r}: every candidate is ruled out before launching "
                     f"(baseline: {self.pruner.reason(baseline(space))})"
                 )
-            self._enqueue(study, baseline(space))
-            predicted = (self.order(remaining) if self.order else [])[:3]
-            queued = {baseline(space).key()}
-            for candidate in [*self.first, *predicted]:
-                if candidate.key() not in queued:
-                    queued.add(candidate.key())
-                    self._enqueue(study, candidate)
+            ranked = self.order(remaining) if self.order else []
+            for candidate, _ in queued_first(baseline(space), self.first, ranked):
+                self._enqueue(study, candidate)
         rng = random.Random(self.seed)
         exhausted = False
         stopped: str | None = None
