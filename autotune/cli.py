@@ -192,10 +192,7 @@ def search(
     for line in plan.choices.notes() if plan.choices else []:
         errors.print(f"note: {line}", markup=False, highlight=False)
     if dry_run:
-        from autotune.study.plan import surviving
-
-        rows = surviving(plan)
-        first = setup.launched_first(plan, [c for c, why in rows if why is None])
+        rows, first = setup.dry_run(plan)
         terminal.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
     if plan.ctx.nccl:

@@ -52,7 +52,7 @@ from autotune.space.candidates import (
 )
 from autotune.space.fingerprint import check_same_experiment
 from autotune.store import Store, check_writable
-from autotune.study.plan import QueuedAs, SearchPlan, queued_first
+from autotune.study.plan import QueuedAs, SearchPlan, queued_first, surviving
 from autotune.trial.run import TrialContext
 
 
@@ -358,9 +358,12 @@ def predicted_order(plan: SearchPlan) -> Callable[[list[Candidate]], list[Candid
     return planner_order(plan.space, plan.hardware, plan.nodes)
 
 
-def launched_first(plan: SearchPlan, kept: list[Candidate]) -> list[tuple[Candidate, QueuedAs]]:
-    """What a new study of this plan launches before its sampler picks: as the Tuner queues it."""
-    return queued_first(baseline(plan.space), plan.first, predicted_order(plan)(kept))
+def dry_run(plan: SearchPlan) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:
+    """Every candidate with its pruning reason (None: it may launch), and what a new study of this
+    plan launches before its sampler picks, as the Tuner queues it."""
+    rows = surviving(plan)
+    kept = [c for c, why in rows if why is None]
+    return rows, queued_first(baseline(plan.space), plan.first, predicted_order(plan)(kept))
 
 
 def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:
