@@ -43,8 +43,9 @@ import json; d = json.load(open('$OUT/counter-idle.json'))
 print({g: (v['counter_j'], v['nvidia_smi_j'], v['counter_over_smi'], v['samples']) for g, v in d.get('gpus', {}).items()})" ;;
 study)   # ~110-130 s a trial once warm; a first start on a fresh machine ~280 s
   install
-  python3 scripts/gpu/energy_check.py -- timeout 540 $at search --space $SPACE --study energy-h200 --db "$DB" --hardware "${HW:-h200}" \
-    --logs "$W/logs" --trials 3 $TRIES --confirm-rounds 0 --noise-relaunches 0 --time-budget 8.5 \
+  python3 scripts/gpu/energy_check.py -- timeout "${STUDY_TIMEOUT:-540}" $at search --space $SPACE --study energy-h200 --db "$DB" \
+    --hardware "${HW:-h200}" --logs "$W/logs" --trials "${STUDY_TRIALS:-3}" $TRIES --confirm-rounds 0 --noise-relaunches 0 \
+    --time-budget "${STUDY_BUDGET:-8.5}" \
     > "$OUT/study-check.json" 2> "$OUT/study.err"
   echo "energy_check exit $?" >> "$OUT/study.err"
   save; rank energy-h200 > "$OUT/rank.txt" 2>&1; cat "$OUT/rank.txt"; tail -40 "$OUT/show.txt" ;;
