@@ -61,7 +61,8 @@ def labelled(label: str, running: bool = False) -> list[str]:
     with `running` those running."""
     client = daemon_client()
     try:
-        found = client.containers.list(all=not running, filters={"label": [label]})
+        # ignore_removed: a container removed between the list and its inspect is gone, not an error
+        found = client.containers.list(all=not running, filters={"label": [label]}, ignore_removed=True)
         return sorted(c.name for c in found)
     finally:
         client.close()

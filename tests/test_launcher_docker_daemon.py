@@ -187,3 +187,37 @@ def test_a_launch_stopped_from_another_thread_while_it_starts_ends_at_once(image
         server.stop(raise_errors=False)
         thread.join(timeout=70)
         subprocess.run(["docker", "rm", "-f", *labelled("autotune.study=daemon-stopped")], capture_output=True)
+
+
+def test_removing_by_label_survives_a_container_removed_meanwhile(image, tmp_path):
+    """The reaper and the launcher's stop both remove a trial's containers: one gone between the
+    daemon's list and the inspect of it made remove_labelled raise NotFound and leave the others
+    (the tests' own helper had the same race: a 404 failed the SIGKILL docker study test once in
+    three full runs). Here the race is made on the real daemon."""
+    from autotune.launchers.docker import remove_labelled
+
+    label = f"autotune.test-race={os.getpid()}-{tmp_path.name}"
+    client = daemon_client()
+    made = [client.containers.run(image, ["sleep", "300"], detach=True, labels=dict([label.split("=")]))
+            for _ in range(3)]
+    client.close()
+
+    def racing_client(address: str):
+        racing = daemon_client()
+        listed = racing.api.containers
+
+        def containers(*args, **kwargs):
+            found = listed(*args, **kwargs)
+            racing.api.remove_container(found[0]["Id"], force=True)  # gone before it is inspected
+            return found
+
+        racing.api.containers = containers
+        return racing
+
+    cluster = Cluster(nodes=[ClusterNode(ip="127.0.0.1")], gpus_per_node=0, rdma=False, image=image)
+    try:
+        removed = remove_labelled(cluster, [label], racing_client)
+        assert len(removed) == 2 and labelled(label) == []
+    finally:
+        for container in made:
+            subprocess.run(["docker", "rm", "-f", container.id], capture_output=True)

@@ -251,10 +251,14 @@ def remove_labelled(
     for address in dict.fromkeys(n.address for n in cluster.nodes):
         client = client_factory(address)
         try:
-            for container in client.containers.list(all=True, filters={"label": labels}):
+            # the stop and the reaper both remove: a container gone meanwhile is skipped, not an error
+            for container in client.containers.list(all=True, filters={"label": labels}, ignore_removed=True):
                 if log_path is not None:
                     _save_log(container, log_path)
-                container.remove(force=True)
+                try:
+                    container.remove(force=True)
+                except _sdk().errors.NotFound:
+                    continue
                 removed.append(container.name)
         finally:
             client.close()
