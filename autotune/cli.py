@@ -192,7 +192,7 @@ def search(
     for line in plan.choices.notes() if plan.choices else []:
         errors.print(f"note: {line}", markup=False, highlight=False)
     if dry_run:
-        rows, first = setup.dry_run(plan)
+        rows, first = setup.dry_run_rows(plan)
         terminal.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
     if plan.ctx.nccl:

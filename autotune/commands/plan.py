@@ -118,7 +118,8 @@ def _planned(
     checks = [known_failures_check(profile)]  # a no-op on this host's own profile: its probes decide
     if store is not None and device is not None and is_this_host(profile, device):
         checks.append(probes_check(store.probe_results(host_fingerprint(device, engine).key())))
-    verdicts = [(c, Pruner(checks).reason(c)) for c in kept]
+    pruner = Pruner(checks)
+    verdicts = [(c, pruner.reason(c)) for c in kept]
     kept = [c for c, why in verdicts if why is None]
     dropped = [dropped_estimate(c, why) for c, why in verdicts if why is not None]
     return space, engine, profile, node_count, kept, dropped, choices

@@ -358,7 +358,7 @@ def predicted_order(plan: SearchPlan) -> Callable[[list[Candidate]], list[Candid
     return planner_order(plan.space, plan.hardware, plan.nodes)
 
 
-def dry_run(plan: SearchPlan) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:
+def dry_run_rows(plan: SearchPlan) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:
     """Every candidate with its pruning reason (None: it may launch), and what a new study of this
     plan launches before its sampler picks, as the Tuner queues it."""
     rows = surviving(plan)
