@@ -361,6 +361,27 @@ def test_the_idle_power_waits_for_the_gpu_to_report_idle(monkeypatch, no_rapl):
     assert [s.events for s in meter.start_state] == [[ClockEvent.GPU_IDLE]]
 
 
+def test_the_idle_power_waits_for_the_clocks_to_drop_not_only_the_idle_reason(monkeypatch, no_rapl):
+    """On the H200 and an H100 (2026-12-06) every trial after the first read its idle power with
+    NVML's gpu_idle reason already set but the SM clock still at its maximum (1980 MHz): 126-151 W
+    against 70-76 W at rest (345 MHz), which turned the active-J/token ranking around. After a CUDA
+    process exits the clock stays at its maximum for 2-4 s (H100, nvidia-smi every 0.4 s)."""
+    gpu = FakeGpu(power_w=127.0, sm_mhz=1980, max_sm_mhz=1980, reasons=fake_nvml.GPU_IDLE)
+
+    def rest() -> None:
+        time.sleep(0.6)
+        gpu.power_w, gpu.sm_mhz = 72.0, 345
+        gpu.base_mj, gpu.start = gpu.energy_mj(), time.monotonic()
+
+    fake_nvml.install(monkeypatch, [gpu])
+    meter = EnergyMeter.open(None)
+    threading.Thread(target=rest, daemon=True).start()
+    meter.before_launch(idle_s=0.2)
+    meter.close()
+    assert meter.idle_gpu_w == pytest.approx(72.0, rel=0.1)
+    assert [s.sm_clock_mhz for s in meter.start_state] == [345]
+
+
 def test_a_gpu_that_never_reports_idle_gives_no_idle_power(monkeypatch, no_rapl):
     fake_nvml.install(monkeypatch, [FakeGpu(power_w=127.0, reasons=0)])
     meter = EnergyMeter.open(None)

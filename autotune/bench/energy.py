@@ -41,8 +41,9 @@ from autotune.models import (
 SAMPLE_HZ = 20.0  # power readings per second where there is no energy counter (the issue asks >= 10)
 STATE_HZ = 2.0  # clock readings per second beside an energy counter (fewer calls beside the measured requests)
 IDLE_S = 0.5  # how long the idle power is read before the launch
-# how long the idle read waits for the GPUs to say they are idle: an engine stopped a second before
-# leaves its GPU at full clocks for a while (H200: 127 W at 1980 MHz vs 78 W at rest)
+# how long the idle read waits for the GPUs to be at rest: an engine stopped a second before leaves
+# its GPU at full clocks for 2-4 s, the idle reason already set (H200: 127 W at 1980 MHz vs 72-78 W
+# at rest, 345 MHz)
 IDLE_SETTLE_S = 20.0
 
 Clock = Callable[[], float]
@@ -203,13 +204,13 @@ class EnergyMeter:
             self.idle_cpu_w = round(rapl.joules_between(self.zones, cpu_before, cpu_after) / span, 2)
 
     def _settle(self, settle_s: float) -> bool:
-        """Wait until every GPU whose clock reasons can be read gives the idle reason; False when
-        one has not within `settle_s`."""
+        """Wait until every GPU whose clock reasons can be read is at rest (idle reason, clock
+        down); False when one is not within `settle_s`."""
         if self.nvml is None:
             return True
         nvml = self.nvml
         deadline = time.monotonic() + settle_s
-        while any(nvml.idle(g) is False for g in self.gpus):
+        while any(nvml.at_rest(g) is False for g in self.gpus):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.2)

@@ -11,7 +11,7 @@ case "${1:-}" in
 study)
   [[ -f /tmp/site/.installed-vllm-0.33.0 ]] || install
   timeout "${CAPACITY_TIMEOUT:-540}" $at search --space benchmarks/spaces/vllm-llama3.1-8b-capacity.yaml \
-    --study dense-capacity --db "$DB" --logs "$W/logs" --hardware h200 --trials 2 --try quantization=fp8 \
+    --study dense-capacity --db "$DB" --logs "$W/logs" --hardware ${HW:-h200} --trials 2 --try quantization=fp8 \
     --confirm-rounds 0 --noise-relaunches 0 ${CAPACITY_BUDGET:+--time-budget $CAPACITY_BUDGET} > "$OUT/capacity.txt" 2>&1
   echo "search exit $?" >> "$OUT/capacity.txt"
   save; COLUMNS=220 $at show --db "$DB" --study dense-capacity > "$OUT/show-capacity.txt" 2>&1

@@ -33,7 +33,7 @@ class FakeGpu:
     counter: bool = True
     power: bool = True
     sm_mhz: int = 1980
-    max_sm_mhz: int = 1980
+    max_sm_mhz: int = 2100  # above sm_mhz: a GPU with the idle reason and its clock below the top is at rest
     mem_mhz: int = 3201
     reasons: int = GPU_IDLE  # NVML's idle reason: the meter reads the idle power once a GPU gives it
     temperature_c: int = 45
