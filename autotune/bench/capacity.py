@@ -2,7 +2,8 @@
 
 The definition is GuideLLM 0.8's goodput profile (docs/metrics.md). The control variable is
 concurrency: a level keeps N requests in flight (each stream sends its next request when its last
-one ends) until `min_requests` are determined. A request is good when it meets every limit of the
+one ends) until `min_requests` are determined, and on while the level is unresolved (looking again at
+2x, 4x ... min_requests, up to `max_requests`). A request is good when it meets every limit of the
 SLO (TTFT, ITL, optionally E2E), a miss when it completed outside one or failed; requests still in
 flight when the level's count is reached are cut: they finish (so the next level starts on an idle
 server) and are excluded. A level passes when the Wilson 95 % interval of its attainment lies at or
@@ -128,10 +129,12 @@ async def measure_level(
     client: ChatClient, workload: Workload, slo: Slo, streams: int, clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], None] | None = None,
 ) -> LevelResult:
-    """Keep `streams` requests in flight until `slo.min_requests` are determined; the requests in
-    flight then are cut (awaited, excluded). Prompts cycle through the workload's, each asking for
-    `decode_max_tokens` (exactly, with `fixed_length`)."""
+    """Keep `streams` requests in flight until `slo.min_requests` are determined, and on while the
+    level is unresolved (to `slo.looks()`'s last count); the requests in flight then are cut
+    (awaited, excluded). Prompts cycle through the workload's, each asking for `decode_max_tokens`
+    (exactly, with `fixed_length`)."""
     prompts = workload_prompts(workload)
+    looks = slo.looks()
     determined: list[RequestResult] = []
     sent = [0]
     done = asyncio.Event()
@@ -149,10 +152,16 @@ async def measure_level(
                 cut += 1
                 continue
             determined.append(result)
-            if len(determined) >= slo.min_requests:
-                end[0] = clock()
-                done.set()
+            if len(determined) == looks[0]:
+                looks.pop(0)
+                if not looks or resolved(determined):
+                    end[0] = clock()
+                    done.set()
         return cut
+
+    def resolved(results: list[RequestResult]) -> bool:
+        low, high = wilson_interval(sum(good(r, slo, workload) for r in results), len(results))
+        return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
 
     if progress is not None:
         progress(f"capacity at the SLO: {streams} streams")

@@ -304,12 +304,18 @@ class Slo(Strict):
     min_requests: int = Field(
         80, ge=1, description="determined requests (good or missed) per level; requests cut at its end are excluded"
     )
+    max_requests: int | None = Field(
+        None, ge=1, description="an unresolved level is measured further, looking at 2x, 4x ... min_requests, up to "
+        "this many determined requests; None: 4 x min_requests"
+    )
     initial_streams: int = Field(4, ge=1, description="the first level probed (1 for a box that serves one stream at a time)")
     max_streams: int = Field(256, ge=1, description="the highest level probed")
     max_probes: int = Field(8, ge=1, description="levels probed per search, at most")
 
     @model_validator(mode="after")
     def _can_pass(self) -> Slo:
+        if self.max_requests is not None and self.max_requests < self.min_requests:
+            raise ValueError(f"max_requests {self.max_requests} is below min_requests {self.min_requests}")
         if self.initial_streams > self.max_streams:
             raise ValueError(f"initial_streams {self.initial_streams} is above max_streams {self.max_streams}")
         low, _ = wilson_interval(self.min_requests, self.min_requests)
@@ -322,6 +328,15 @@ class Slo(Strict):
                 f"Wilson 95% interval starts at {low:.3f}; {need} requests at least"
             )
         return self
+
+    def looks(self) -> list[int]:
+        """The determined-request counts at which a level is judged: min_requests, doubling while the
+        level is unresolved, up to max_requests (few looks: each one is a chance to stop on noise)."""
+        top = self.max_requests if self.max_requests is not None else 4 * self.min_requests
+        out = [self.min_requests]
+        while out[-1] < top:
+            out.append(min(2 * out[-1], top))
+        return out
 
     def describe(self) -> str:
         limits = [f"TTFT <= {self.ttft_ms:g} ms", f"ITL <= {self.itl_ms:g} ms"]

@@ -23,6 +23,12 @@ from autotune.models import SearchSpace
 LATER_GATES = ("max_regression", "max_gpu_j_per_token", "max_power_w")
 #: Objective fields added since (left out while unset), e.g. capacity_at_slo's slo
 LATER_OBJECTIVE = ("slo", "energy_workload", "weights")
+#: Slo fields added since capacity studies were first fingerprinted (left out while unset)
+LATER_SLO = ("max_requests",)
+
+
+def _later_unset_dropped(data: Any, later: tuple[str, ...]) -> Any:
+    return {k: v for k, v in data.items() if v is not None or k not in later} if isinstance(data, dict) else data
 
 
 def experiment(space: SearchSpace) -> dict[str, Any]:
@@ -37,7 +43,8 @@ def experiment(space: SearchSpace) -> dict[str, Any]:
         "plugin_flags": data["plugin_flags"],
         "rules": data["rules"],
         "workload": data["workload"],
-        "objective": {k: v for k, v in data["objective"].items() if v is not None or k not in LATER_OBJECTIVE},
+        "objective": {k: _later_unset_dropped(v, LATER_SLO) if k == "slo" else v
+                      for k, v in data["objective"].items() if v is not None or k not in LATER_OBJECTIVE},
         # a gate added to the schema since is part of the experiment only where a space sets it, so
         # studies made before it keep their fingerprint
         "gates": {k: v for k, v in data["gates"].items() if v or k not in LATER_GATES},
