@@ -153,12 +153,14 @@ class WideBacklogServer(ThreadingHTTPServer):
 class LoadServer:
     """A streaming OpenAI-style server whose TTFT grows by `per_stream_ms` with each other request
     in flight at arrival, and which answers HTTP 500 to a request arriving with more than
-    `fail_above` in flight; every `slow_every`-th request waits `slow_ms` more, whatever the load.
+    `fail_above` in flight; every `slow_every`-th request waits `slow_ms` more, whatever the load,
+    and the first request at each number in flight `jit_ms` more (a kernel compiling for a new batch size).
     Every reply streams `tokens` tokens 2 ms apart."""
 
     def __init__(self, base_ms: float = 5.0, per_stream_ms: float = 0.0, fail_above: int | None = None,
-                 slow_every: int | None = None, slow_ms: float = 0.0) -> None:
+                 slow_every: int | None = None, slow_ms: float = 0.0, jit_ms: float = 0.0) -> None:
         self.in_flight = 0
+        self.seen: set[int] = set()
         self.served = 0
         self.peak = 0
         self.lock = threading.Lock()
@@ -186,6 +188,9 @@ class LoadServer:
                     outer.peak = max(outer.peak, here)
                     outer.served += 1
                     slow = slow_ms if slow_every and outer.served % slow_every == 0 else 0.0
+                    if here not in outer.seen:  # the first request at a new batch size compiles
+                        outer.seen.add(here)
+                        slow += jit_ms
                 try:
                     if fail_above is not None and here > fail_above:
                         time.sleep((base_ms + 10) / 1000)  # as long as a reply: the stream stays in flight
@@ -301,6 +306,15 @@ def test_a_level_resolved_at_min_requests_stops_there_and_an_unresolvable_one_at
     with LoadServer(slow_every=10, slow_ms=300.0) as url:  # exactly at the target: never resolves
         lv = level_at(url, slo, 1)
     assert lv.verdict is LevelVerdict.UNRESOLVED and lv.determined == 100
+
+
+def test_a_level_is_warmed_at_its_size_before_it_is_measured():
+    """A kernel compiled at the first steps of a batch size is not the config's latency (vLLM 0.26.0
+    on the H200, 2026-12-06: Triton's fused_moe_kernel inside a measured wave)."""
+    slo = Slo(ttft_ms=200.0, itl_ms=50.0, attainment=0.9, min_requests=40)
+    with LoadServer(jit_ms=400.0) as url:
+        lv = level_at(url, slo, 4)
+    assert lv.slow == 0 and lv.verdict is LevelVerdict.PASS and lv.determined == 40, lv
 
 
 def test_max_requests_below_min_requests_is_refused():

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from autotune.bench.client import ChatClient
-from autotune.bench.throughput import MeasurementFailed, decode_args, decoded_fully, load_prompts, user
+from autotune.bench.throughput import MeasurementFailed, decode_args, decoded_fully, load_prompts, user, warm_wave
 from autotune.models import (
     CapacityReport,
     LevelResult,
@@ -129,7 +129,8 @@ async def measure_level(
     client: ChatClient, workload: Workload, slo: Slo, streams: int, clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], None] | None = None,
 ) -> LevelResult:
-    """Keep `streams` requests in flight until `slo.min_requests` are determined, and on while the
+    """After one unmeasured wave of `streams` short requests (`warm_wave`), keep `streams` requests
+    in flight until `slo.min_requests` are determined, and on while the
     level is unresolved (to `slo.looks()`'s last count); the requests in flight then are cut
     (awaited, excluded). Prompts cycle through the workload's, each asking for `decode_max_tokens`
     (exactly, with `fixed_length`)."""
@@ -165,6 +166,7 @@ async def measure_level(
 
     if progress is not None:
         progress(f"capacity at the SLO: {streams} streams")
+    await warm_wave(client, workload, streams)
     start = clock()
     cuts = await asyncio.gather(*(stream() for _ in range(streams)))
     level = level_of(streams, determined, sum(cuts), slo, workload, end[0] - start)

@@ -110,6 +110,16 @@ async def warm_up(client: ChatClient, workload: Workload) -> None:
         await client.chat(user(prompts[i % len(prompts)].prompt), max_tokens=16)
 
 
+async def warm_wave(client: ChatClient, workload: Workload, streams: int) -> None:
+    """`streams` short requests at once, not measured, before a wave or level of that many: an
+    engine can compile kernels at its first steps of a batch size (vLLM 0.26.0 on the H200: Triton's
+    fused_moe_kernel inside a measured 8-stream wave). Skipped with `warmup_requests: 0`."""
+    if workload.warmup_requests <= 0 or streams <= 1:
+        return
+    prompts = load_prompts("prose")
+    await asyncio.gather(*(client.chat(user(prompts[i % len(prompts)].prompt), max_tokens=16) for i in range(streams)))
+
+
 async def measure_decode(client: ChatClient, set_name: str, workload: Workload) -> list[Measurement]:
     """Passes over the prompt set; each pass gives the geometric mean of per-prompt decode tok/s."""
     prompts = load_prompts(set_name)[: workload.prompts_per_set]

@@ -272,6 +272,7 @@ async def measure(
         if any(c > 1 for c in workload.concurrency):
             open_step(Step.of(Phase.CONCURRENCY))
             for level in (c for c in workload.concurrency if c > 1):  # one energy window per wave
+                await throughput.warm_wave(sender, workload, level)
                 with meter.window(f"c{level}"):
                     out.measurements += await throughput.measure_concurrency(
                         sender, workload.model_copy(update={"concurrency": [level]}))

@@ -180,6 +180,25 @@ def step(batch):
     a batch, the longer the step, so a long draft pays at one stream and costs at many."""
     k = draft_k(batch)
     return 1 + k // 2, STEP_S * (1 + k * k * (batch - 1) / 4)
+# FAKE_VLLM_JIT_S: the first engine step at a batch size not seen before stalls every request this
+# long and logs vLLM's warning, as Triton's fused_moe_kernel compiling for a new batch size did on the
+# H200 (vLLM 0.26.0, 2026-12-06)
+JIT_S = float(os.environ.get("FAKE_VLLM_JIT_S", "0"))
+seen_batches = set()
+compiled_until = [0.0]
+
+
+def jit(batch):
+    """Stall while a kernel for a new batch size compiles (the whole engine waits)."""
+    if JIT_S <= 0:
+        return
+    with LOCK:
+        if batch not in seen_batches:
+            seen_batches.add(batch)
+            compiled_until[0] = time.monotonic() + JIT_S
+            print("WARNING [jit_monitor.py:135] Triton kernel JIT compilation during inference: fused_moe_kernel. "
+                  "This causes a latency spike; consider extending warmup to cover this shape/config.", flush=True)
+    time.sleep(max(0.0, compiled_until[0] - time.monotonic()))
 # FAKE_VLLM_STALL_AFTER=N: after N generation requests every later one hangs (no byte sent) while
 # /health keeps answering 200, as an engine whose NCCL collective hangs does
 STALL_AFTER = int(os.environ.get("FAKE_VLLM_STALL_AFTER", "-1"))
@@ -257,6 +276,7 @@ class H(BaseHTTPRequestHandler):
         try:
             i, due = 0, time.monotonic()
             while i < len(words):
+                jit(state["in_flight"])
                 per_chunk, seconds = step(state["in_flight"])
                 piece = " " + " ".join(words[i:i + per_chunk])
                 i += per_chunk
