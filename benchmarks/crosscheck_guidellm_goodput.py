@@ -9,7 +9,8 @@ over `--rounds` (autotune, GuideLLM, autotune, ...), autotune's capacity search
 the same SLO (ttft_ms; itl_ms as GuideLLM's tpot_ms objective, which it compares with its
 inter-token latency; e2e_ms as e2el_ms), the same target attainment, initial and max streams and
 probe budget, the `min_requests` constraint at the space's min_requests (GuideLLM keeps N in flight
-until that many are processed, then cancels the rest: excluded, as autotune cuts them), the same
+until that many are processed, then cancels the rest: excluded, as autotune cuts them; autotune's
+side runs with `max_requests` = `min_requests`, so an unresolved level is not measured on), the same
 prompts (the workload's, as a JSON-lines file) and the same max_tokens, on the chat endpoint,
 greedy with the same seed. GuideLLM is installed apart (PyPI guidellm 0.8.x, a venv of its own: it
 pulls torch); `--guidellm` is its executable. Writes crosscheck_goodput.json: every level each tool
@@ -132,6 +133,9 @@ def main() -> None:
     slo = space.objective.slo
     if slo is None:
         raise SystemExit(f"{args.space}: objective.metric is {space.objective.metric}, not capacity_at_slo")
+    # GuideLLM judges every level at its fixed count: autotune's side likewise, without measuring an
+    # unresolved level on (slo.max_requests), so that both tools apply one definition
+    slo = slo.model_copy(update={"max_requests": slo.min_requests})
     model = resolve_model(space.model, args.model)
     engine = get_engine(space.engine).use_space(space)  # llama.cpp: requests queue, not interrupt each other
     launch = engine.render(baseline(space), model, free_port())
