@@ -341,36 +341,21 @@ def test_the_gpus_counted_are_the_ones_the_launch_uses(monkeypatch):
     assert visible_gpus(one, cand(tensor_parallel_size=1)) == "5,6"
 
 
-def test_the_idle_power_waits_for_the_gpu_to_report_idle(monkeypatch, no_rapl):
-    """On the H200 (2026-12-03) the second trial's idle power read 127 W at 1980 MHz, no idle event:
-    the previous engine had stopped a second before; the first trial's, on a GPU at rest, 78 W with
-    NVML's gpu_idle reason. The idle is read once the GPU says it is idle."""
-    gpu = FakeGpu(power_w=127.0, reasons=0)
-
-    def settle() -> None:
-        time.sleep(0.6)
-        gpu.power_w, gpu.sm_mhz, gpu.reasons = 78.0, 345, fake_nvml.GPU_IDLE
-        gpu.base_mj, gpu.start = gpu.energy_mj(), time.monotonic()
-
-    fake_nvml.install(monkeypatch, [gpu])
-    meter = EnergyMeter.open(None)
-    threading.Thread(target=settle, daemon=True).start()
-    meter.before_launch(idle_s=0.2)
-    meter.close()
-    assert meter.idle_gpu_w == pytest.approx(78.0, rel=0.1)
-    assert [s.events for s in meter.start_state] == [[ClockEvent.GPU_IDLE]]
-
-
-def test_the_idle_power_waits_for_the_clocks_to_drop_not_only_the_idle_reason(monkeypatch, no_rapl):
-    """On the H200 and an H100 (2026-12-06) every trial after the first read its idle power with
-    NVML's gpu_idle reason already set but the SM clock still at its maximum (1980 MHz): 126-151 W
-    against 70-76 W at rest (345 MHz), which turned the active-J/token ranking around. After a CUDA
-    process exits the clock stays at its maximum for 2-4 s (H100, nvidia-smi every 0.4 s)."""
-    gpu = FakeGpu(power_w=127.0, sm_mhz=1980, max_sm_mhz=1980, reasons=fake_nvml.GPU_IDLE)
+@pytest.mark.parametrize("busy", [
+    # H200, 2026-12-03: the second trial read 127 W at 1980 MHz, no idle reason, an engine stopped a second before
+    dict(reasons=0),
+    # H200 and H100, 2026-12-06: every trial after the first read 126-151 W with NVML's gpu_idle reason
+    # already set, the SM clock still at its maximum; after a CUDA process exits it stays there 2-4 s
+    dict(reasons=fake_nvml.GPU_IDLE, max_sm_mhz=1980),
+], ids=["no-idle-reason", "idle-reason-at-full-clock"])
+def test_the_idle_power_waits_for_the_gpu_to_be_at_rest(monkeypatch, no_rapl, busy):
+    """The idle power is read once the GPU gives the idle reason with its clock down (78 W at 345 MHz
+    here), never from a GPU still at full clock after the last engine."""
+    gpu = FakeGpu(power_w=127.0, sm_mhz=1980, **busy)
 
     def rest() -> None:
         time.sleep(0.6)
-        gpu.power_w, gpu.sm_mhz = 72.0, 345
+        gpu.power_w, gpu.sm_mhz, gpu.reasons = 78.0, 345, fake_nvml.GPU_IDLE
         gpu.base_mj, gpu.start = gpu.energy_mj(), time.monotonic()
 
     fake_nvml.install(monkeypatch, [gpu])
@@ -378,8 +363,8 @@ def test_the_idle_power_waits_for_the_clocks_to_drop_not_only_the_idle_reason(mo
     threading.Thread(target=rest, daemon=True).start()
     meter.before_launch(idle_s=0.2)
     meter.close()
-    assert meter.idle_gpu_w == pytest.approx(72.0, rel=0.1)
-    assert [s.sm_clock_mhz for s in meter.start_state] == [345]
+    assert meter.idle_gpu_w == pytest.approx(78.0, rel=0.1)
+    assert [(s.sm_clock_mhz, s.events) for s in meter.start_state] == [(345, [ClockEvent.GPU_IDLE])]
 
 
 def test_a_gpu_that_never_reports_idle_gives_no_idle_power(monkeypatch, no_rapl):
