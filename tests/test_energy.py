@@ -388,3 +388,28 @@ def test_no_idle_wait_when_no_idle_power_is_read(monkeypatch, no_rapl):
     meter.close()
     assert time.monotonic() - started < 10.0
     assert meter.idle_gpu_w is None and len(meter.start_state) == 1
+
+
+def test_an_idle_read_at_full_clock_is_not_shown_as_idle():
+    """Trials stored before the idle read waited for the clock to drop (H200, 2026-12-06: trial 1
+    read 151 W at 1980 MHz of 1980 with gpu_idle set, trial 0 76 W at 345 MHz) keep their reading
+    in runs.db, but `show`, the report and the recipe give no idle and no active J/token for them."""
+    from autotune.models import EnergyReading, GpuState, TrialEnergy, WorkloadEnergy
+    from autotune.output.energy import recipe_lines, workload_row
+
+    def trial(idle: float, clock: float) -> TrialEnergy:
+        reading = EnergyReading(joules=428.2, seconds=0.9, mean_power_w=477.3, idle_power_w=idle,
+                                method=EnergyMethod.COUNTER, devices=[0])
+        return TrialEnergy(gpus=[0], gpu_method=EnergyMethod.COUNTER, idle_gpu_power_w=idle,
+                           start_state=[GpuState(index=0, sm_clock_mhz=clock, max_sm_clock_mhz=1980.0,
+                                                 events=[ClockEvent.GPU_IDLE])],
+                           workloads=[WorkloadEnergy(workload="c8", output_tokens=2048, gpu=reading)])
+
+    held, rested = trial(151.35, 1980.0), trial(76.26, 345.0)
+    assert not held.idle_at_rest and rested.idle_at_rest
+    assert held.idle_gpu_power_w == 151.35  # stored as read: nothing is dropped
+    row = workload_row(1, held, held.workloads[0])
+    assert row[4] == "477 (not at rest)" and row[7] == "-"
+    assert workload_row(0, rested, rested.workloads[0])[7] == "0.1756"  # (428.2 - 76.26 x 0.9) / 2048
+    assert any("idle not read: the GPU was still at full clock" in line for line in recipe_lines(
+        TrialResult(study="s", number=1, candidate=Candidate(engine="vllm", params={}), status="ok", energy=held), []))

@@ -148,6 +148,14 @@ class TrialEnergy(Record):
     def throttled(self) -> bool:
         return any(s.throttled for s in self.states())
 
+    @property
+    def idle_at_rest(self) -> bool:
+        """Whether the idle power was read with every GPU clocked down. Trials stored before the
+        meter waited for that (2026-12-06) read some idles at full clock, a second after the last
+        engine stopped: 125-151 W against ~72 W at rest on the H200 and H100."""
+        return not any(s.sm_clock_mhz is not None and s.max_sm_clock_mhz is not None
+                       and s.sm_clock_mhz >= s.max_sm_clock_mhz for s in self.start_state)
+
     def sm_clock_mhz(self) -> float | None:
         """The median over the workloads of each one's lowest SM clock (GPUs together): what this
         launch ran at, compared with the host's usual (autotune/verdict/gpu_state.py)."""

@@ -32,16 +32,25 @@ def _events(states: list[GpuState]) -> str:
     return ", ".join(seen) or "none"
 
 
+NOT_AT_REST = "idle not read: the GPU was still at full clock before the launch"
+
+
+def _active(energy: TrialEnergy, w: WorkloadEnergy) -> float | None:
+    """Active J/token, only where the idle was read on a GPU at rest."""
+    return w.active_gpu_j_per_token if energy.idle_at_rest else None
+
+
 def workload_row(number: int, energy: TrialEnergy, w: WorkloadEnergy) -> list[str]:
     gpu = w.gpu
-    idle = f" ({_fmt(gpu.idle_power_w, 0)})" if gpu and gpu.idle_power_w is not None else ""
+    idle = ("" if not gpu or gpu.idle_power_w is None
+            else f" ({_fmt(gpu.idle_power_w, 0)})" if energy.idle_at_rest else " (not at rest)")
     temps = [s.temperature_c for s in w.gpu_state if s.temperature_c is not None]
     return [
         str(number), w.workload,
         _fmt(gpu.joules) if gpu else NOT_MEASURED,
         _fmt(gpu.seconds if gpu else None),
         f"{_fmt(gpu.mean_power_w, 0)}{idle}" if gpu else "-",
-        _sig(w.gpu_j_per_token), _sig(w.tokens_per_gpu_joule), _sig(w.active_gpu_j_per_token),
+        _sig(w.gpu_j_per_token), _sig(w.tokens_per_gpu_joule), _sig(_active(energy, w)),
         _fmt(w.cpu.joules) if w.cpu else "-",
         _clocks(w.gpu_state), _fmt(max(temps), 0) if temps else "-", _events(w.gpu_state) if w.gpu_state else "-",
     ]
@@ -107,14 +116,15 @@ def recipe_lines(trial: TrialResult, trials: list[TrialResult]) -> list[str]:
     if energy.gpu_method is None:
         lines = [f"GPU energy {NOT_MEASURED}: {energy.absent or 'no NVML reading'}"]
     else:
-        idle = f", idle {energy.idle_gpu_power_w:.0f} W before the launch" if energy.idle_gpu_power_w is not None else ""
+        idle = ("" if energy.idle_gpu_power_w is None else f"; {NOT_AT_REST}" if not energy.idle_at_rest
+                else f", idle {energy.idle_gpu_power_w:.0f} W before the launch")
         lines = [f"{GPU_ONLY}; GPUs {','.join(map(str, energy.gpus))}, {energy.gpu_method.value}{idle}"]
         for w in energy.workloads:
             if w.gpu is None:
                 lines.append(f"{w.workload}: {NOT_MEASURED}")
                 continue
             per_token = (f", {w.gpu_j_per_token:.4g} J/token ({w.tokens_per_gpu_joule:.4g} tok/J"
-                         + (f", {w.active_gpu_j_per_token:.4g} J/token above idle" if w.active_gpu_j_per_token is not None
+                         + (f", {active:.4g} J/token above idle" if (active := _active(energy, w)) is not None
                             else "") + ")" if w.gpu_j_per_token and w.tokens_per_gpu_joule else "")
             nodes = f"; {node_parts(w.gpu)}" if w.gpu.nodes else ""
             lines.append(f"{w.workload}: {w.gpu.joules:.1f} J over {w.gpu.seconds:.1f} s, mean {w.gpu.mean_power_w:.0f} W"
