@@ -96,14 +96,20 @@ def judge(attainment_low: float, attainment_high: float, target: float) -> Level
     return LevelVerdict.UNRESOLVED
 
 
+def attainment_of(determined: list[RequestResult], slo: Slo, workload: Workload) -> tuple[int, float, float]:
+    """(good requests, the Wilson 95 % interval of their share); (0, 0, 1) for none."""
+    n_good = sum(good(r, slo, workload) for r in determined)
+    low, high = wilson_interval(n_good, len(determined)) if determined else (0.0, 1.0)
+    return n_good, low, high
+
+
 def level_of(
     streams: int, determined: list[RequestResult], excluded: int, slo: Slo, workload: Workload, seconds: float
 ) -> LevelResult:
     """One level's record from its determined requests."""
-    n_good = sum(good(r, slo, workload) for r in determined)
+    n_good, low, high = attainment_of(determined, slo, workload)
     n_failed = sum(failed(r, workload) for r in determined)
     n = len(determined)
-    low, high = wilson_interval(n_good, n) if n else (0.0, 1.0)
     completed = [r for r in determined if not failed(r, workload)]
     ttfts = [r.ttft_ms for r in completed if r.ttft_ms is not None]
     itls = [v for v in map(itl_ms, completed) if v is not None]
@@ -161,7 +167,7 @@ async def measure_level(
         return cut
 
     def resolved(results: list[RequestResult]) -> bool:
-        low, high = wilson_interval(sum(good(r, slo, workload) for r in results), len(results))
+        _, low, high = attainment_of(results, slo, workload)
         return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
 
     if progress is not None:

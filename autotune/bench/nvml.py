@@ -137,17 +137,11 @@ class Nvml:
         return ClockEvent.GPU_IDLE in clock_events(mask) if mask is not None else None
 
     def at_rest(self, gpu: int) -> bool | None:
-        """Idle and clocked down: the idle reason set and the SM clock below its maximum (after an
-        engine exits, H100 and H200 give the idle reason for 2-4 s while still at full clock and
-        ~125 W, against ~72 W at rest); None where the reasons cannot be read. A clock that cannot
-        be read leaves the idle reason alone to decide."""
+        """Idle and clocked down: the idle reason set and the SM clock below its maximum
+        (`GpuState.at_full_clock`); None where the reasons cannot be read. A clock that cannot be
+        read leaves the idle reason alone to decide."""
         idle = self.idle(gpu)
-        if not idle:
-            return idle
-        handle = self.handles[gpu]
-        clock = self._read("nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM)
-        top = self._read("nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)
-        return clock is None or top is None or clock < top
+        return idle if not idle else not self.state(gpu).at_full_clock
 
     def state(self, gpu: int) -> GpuState:
         handle = self.handles[gpu]

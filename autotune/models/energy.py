@@ -54,6 +54,13 @@ class GpuState(Record):
     def throttled(self) -> bool:
         return any(e in THROTTLE_EVENTS for e in self.events)
 
+    @property
+    def at_full_clock(self) -> bool:
+        """SM clock at its maximum (False where either is unknown). After an engine exits, H100 and
+        H200 stay there for 2-4 s, the idle reason already set, at ~125 W against ~72 W at rest."""
+        return (self.sm_clock_mhz is not None and self.max_sm_clock_mhz is not None
+                and self.sm_clock_mhz >= self.max_sm_clock_mhz)
+
 
 class NodeEnergy(Record):
     """One node's part of a multi-node trial's GPU energy over a window (its GPUs summed)."""
@@ -153,8 +160,7 @@ class TrialEnergy(Record):
         """Whether the idle power was read with every GPU clocked down. Trials stored before the
         meter waited for that (2026-12-06) read some idles at full clock, a second after the last
         engine stopped: 125-151 W against ~72 W at rest on the H200 and H100."""
-        return not any(s.sm_clock_mhz is not None and s.max_sm_clock_mhz is not None
-                       and s.sm_clock_mhz >= s.max_sm_clock_mhz for s in self.start_state)
+        return not any(s.at_full_clock for s in self.start_state)
 
     def sm_clock_mhz(self) -> float | None:
         """The median over the workloads of each one's lowest SM clock (GPUs together): what this

@@ -27,8 +27,16 @@ LATER_OBJECTIVE = ("slo", "energy_workload", "weights")
 LATER_SLO = ("max_requests",)
 
 
-def _later_unset_dropped(data: Any, later: tuple[str, ...]) -> Any:
-    return {k: v for k, v in data.items() if v is not None or k not in later} if isinstance(data, dict) else data
+def _later_unset_dropped(data: dict[str, Any], later: tuple[str, ...]) -> dict[str, Any]:
+    """`data` without the fields added since that are unset, so studies made before them keep their fingerprint."""
+    return {k: v for k, v in data.items() if v is not None or k not in later}
+
+
+def _objective(data: dict[str, Any]) -> dict[str, Any]:
+    objective = _later_unset_dropped(data, LATER_OBJECTIVE)
+    if objective.get("slo") is not None:
+        objective["slo"] = _later_unset_dropped(objective["slo"], LATER_SLO)
+    return objective
 
 
 def experiment(space: SearchSpace) -> dict[str, Any]:
@@ -43,8 +51,7 @@ def experiment(space: SearchSpace) -> dict[str, Any]:
         "plugin_flags": data["plugin_flags"],
         "rules": data["rules"],
         "workload": data["workload"],
-        "objective": {k: _later_unset_dropped(v, LATER_SLO) if k == "slo" else v
-                      for k, v in data["objective"].items() if v is not None or k not in LATER_OBJECTIVE},
+        "objective": _objective(data["objective"]),
         # a gate added to the schema since is part of the experiment only where a space sets it, so
         # studies made before it keep their fingerprint
         "gates": {k: v for k, v in data["gates"].items() if v or k not in LATER_GATES},
