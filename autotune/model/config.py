@@ -140,7 +140,7 @@ def model_facts(model: ModelSpec) -> ModelFacts:
     one; a .gguf file (or a directory of weight files) gives the checkpoint size."""
     spec_fields = (
         "params_total_b", "params_active_b", "weight_bits", "n_layers", "hidden_size",
-        "n_heads", "n_kv_heads", "head_dim", "kv_layers", "context_max",
+        "n_heads", "n_kv_heads", "head_dim", "kv_layers", "context_max", "vocab_size",
     )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

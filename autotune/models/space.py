@@ -85,6 +85,8 @@ class ModelSpec(Strict):
     head_dim: int | None = None
     kv_layers: int | None = Field(None, description="layers that keep a full KV cache, if fewer")
     context_max: int | None = None
+    vocab_size: int | None = Field(None, description="sizes the embedding and LM head, which online quantization "
+                                   "keeps 16-bit; config.json gives it where the path has one")
     prompt_style: Literal["chat", "completion"] = Field(
         "chat",
         description="how accuracy prompts are sent: chat (instruction-tuned models) or completion "

@@ -1,7 +1,9 @@
 """Fitting a hardware profile's efficiencies to published measurements (hardware_profiles.yaml).
 
 The planner's roofline (efficiency 1, no step overhead) is held against each calibration point:
-decode and prefill efficiency are the median measured / predicted ratio, the all-reduce step comes
+decode and prefill efficiency are the median measured / predicted ratio, or, from `decode_line`
+points (one-stream decode of shapes whose weight reads differ), decode efficiency and the fixed
+step time together as the line through measured step time against memory time; the all-reduce step comes
 from decode at TP1 and TP=n on n nodes, the fixed per-step time from what a small model's
 measured step takes beyond its memory time, the per-stream step cost from how much longer a step
 of a wave of N streams takes than a step of one, beyond the N streams' KV reads.
@@ -31,6 +33,19 @@ def fit_efficiency(pairs: list[tuple[float, float]]) -> float:
     if not ratios:
         raise ValueError("fit_efficiency needs at least one pair with positive numbers")
     return statistics.median(ratios)
+
+
+def fit_step_line(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(decode efficiency, fixed step ms) from (memory time at efficiency 1 in ms, measured step ms)
+    pairs: the least-squares line step = memory / efficiency + fixed. The memory times must differ
+    (at least by a fifth) for the slope to mean anything."""
+    xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+    if len(pairs) < 2 or min(xs) <= 0 or max(xs) < 1.2 * min(xs):
+        raise ValueError("fit_step_line needs points whose memory times differ by at least a fifth")
+    slope, intercept = statistics.linear_regression(xs, ys)
+    if slope <= 0 or intercept < 0:
+        raise ValueError(f"fit_step_line: the line step = {slope:.3f} x memory + {intercept:.3f} ms has no meaning")
+    return 1 / slope, intercept
 
 
 def fit_allreduce_step_us(single_tps: float, tp_tps: float, tp: int, n_layers: int) -> float:
@@ -68,6 +83,9 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
     hardware = get_profile(profile_name)
     points = calibration_points(profile_name)
     bare = bare_roofline(hardware)
+    if points.get("decode_line") and (points.get("decode") or points.get("step_overhead")):
+        raise ConfigError(f"calibration of {profile_name!r}: decode_line fits decode efficiency and the fixed step "
+                          "together; give it no decode or step_overhead points beside")
     out: dict[str, float | None] = {}
     for kind, attr in (("decode", "decode_tps"), ("prefill", "prefill_tps")):
         pairs = []
@@ -83,9 +101,14 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
         for p in points.get("allreduce", [])
     ]
     out["allreduce_step_us"] = statistics.median(steps) if steps else None
+    if points.get("decode_line"):
+        out["decode_efficiency"], out["step_overhead_ms"] = fit_step_line(
+            [step_line_pair(point, bare) for point in points["decode_line"]])
     # fixed per-step time: what a small model's measured step takes beyond its memory time
     fitted = bare.model_copy(update={"decode_efficiency": out["decode_efficiency"] or 1.0})
     for kind in ("step_overhead", "eager_step_overhead"):
+        if kind == "step_overhead" and points.get("decode_line"):
+            continue
         overheads = []
         for point in points.get(kind, []):
             space, candidate, nodes = _calibration_case(point)
@@ -99,6 +122,17 @@ def calibrate(profile_name: str) -> dict[str, float | None]:
     per_stream = [ms for point in points.get("stream_step_overhead", []) for ms in stream_overheads_ms(point, shipped_steps)]
     out["stream_step_overhead_ms"] = statistics.median(per_stream) if per_stream else None
     return out
+
+
+def step_line_pair(point: dict[str, Any], bare: HardwareProfile) -> tuple[float, float]:
+    """(memory time at efficiency 1, measured step time beyond the TP all-reduce), in ms, of a
+    one-stream decode point."""
+    space, candidate, nodes = _calibration_case(point)
+    terms = estimate(space, candidate, bare, nodes).decode_terms_ms
+    if DecodeBound.WEIGHTS not in terms:
+        raise ConfigError(f"calibration point {point['name']!r}: the roofline is unknown")
+    memory = terms[DecodeBound.WEIGHTS] + terms.get(DecodeBound.KV_READ, 0.0)
+    return memory, 1000 / float(point["measured_tps"]) - terms.get(DecodeBound.COMMUNICATION, 0.0)
 
 
 def stream_overheads_ms(point: dict[str, Any], hardware: HardwareProfile) -> list[float]:
