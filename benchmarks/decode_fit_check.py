@@ -8,6 +8,8 @@ efficiency and the fixed step time together, from the dense 8B shape in bf16 and
 270M under vLLM 0.26.0 (the rows the fixed step came from before).
 
     python benchmarks/decode_fit_check.py [--measured benchmarks/data/dense70-h200.json]
+    python benchmarks/decode_fit_check.py --from-show show-dense70.json --machine "..." --date YYYY-MM-DD
+        (writes the --measured file from the GPU study's `autotune show --json`, its ok trials only)
 """
 
 from __future__ import annotations
@@ -95,6 +97,33 @@ def measured_rows(path: Path, hardware: HardwareProfile) -> tuple[list[Row], lis
     return ones, waves, data
 
 
+def write_from_show(show: Path, out: Path, machine: str, date: str) -> None:
+    """The held-out rows from a study's `show --json`: each ok trial's knobs that differ from the
+    baseline, its one-stream decode and its waves' output tok/s (medians of the stored samples)."""
+    trials = json.loads(show.read_text())
+    space_file = "benchmarks/spaces/vllm-llama3.1-70b-40l-dense.yaml"
+    space = load_space(ROOT / space_file)
+    base = {**space.fixed, **space.baseline_params()}
+    rows = []
+    for trial in trials:
+        if trial["status"] != "ok":
+            continue
+        medians = {m["name"]: m["median"] for m in trial["measurements"]}
+        changed = {k: v for k, v in trial["candidate"]["params"].items() if base.get(k) != v}
+        rows.append({
+            "number": trial["number"], "label": " ".join(f"{k}={v}" for k, v in changed.items()) or "baseline",
+            "params": changed, "decode_tps": round(medians["decode_tps.prose"], 2),
+            "output_tps": {name.split(".c")[1]: round(v, 1) for name, v in medians.items() if name.startswith("output_tps.c")},
+            "engine_version": trial.get("engine_version"),
+        })
+    out.write_text(json.dumps({
+        "shape": "Llama-3.1-70B cut to 40 of 80 layers (model_shapes/llama3.1-70b-40l), dummy weights",
+        "space_file": space_file, "measured": f"{date}, {machine}, scripts/gpu/dense70.sh study, one launch per trial",
+        "trials": rows,
+    }, indent=1) + "\n")
+    print(f"wrote {out}: {len(rows)} trials")
+
+
 def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n{title}")
     print("| row | predicted tok/s | measured tok/s | error |")
@@ -118,7 +147,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", type=Path, default=MEASURED)
     parser.add_argument("--noise", type=float, default=0.05, help="launch noise: pairs closer than this are not ordered")
+    parser.add_argument("--from-show", type=Path, help="a GPU study's `show --json`: write --measured from it")
+    parser.add_argument("--machine", default="lent NVIDIA H200")
+    parser.add_argument("--date", default="")
     args = parser.parse_args()
+    if args.from_show:
+        write_from_show(args.from_show, args.measured, args.machine, args.date)
     hardware = one_gpu_h200()
     print("\n".join(fit_lines()))
     print_rows("held out: Gemma 3 270M (another vLLM, 0.26.0)", gemma_rows(hardware))
