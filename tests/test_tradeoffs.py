@@ -108,6 +108,19 @@ def test_a_space_without_max_regression_keeps_the_fingerprint_its_studies_were_m
     # refused on resume as made from another space; without that knob the fingerprint is the old one
     before_knob = minimax.model_copy(update={"knobs": [k for k in minimax.knobs if k.name != "performance_mode"]})
     assert fingerprint(before_knob) == "f8a4ccd9ac68a340" and fingerprint(minimax) != fingerprint(before_knob)
+
+
+def test_model_vocab_size_is_part_of_the_experiment_only_where_set():
+    from autotune.space.candidates import load_space
+    from autotune.space.fingerprint import experiment, fingerprint
+
+    # model.vocab_size came after studies were fingerprinted: unset, it is left out (the shipped
+    # Gemma space keeps 66cd147613d9a99a, above); set, it sizes the LM head: another experiment
+    space = load_space("llamacpp-gemma3-270m")
+    assert "vocab_size" not in experiment(space)["model"]
+    sized = space.model_copy(update={"model": space.model.model_copy(update={"vocab_size": 262144})})
+    assert experiment(sized)["model"]["vocab_size"] == 262144
+    assert fingerprint(sized) != fingerprint(space)
     space = load_space("llamacpp-gemma3-270m")
     gated = space.model_copy(update={"gates": space.gates.model_copy(update={"max_regression": {"prefill_tps": 0.8}})})
     assert fingerprint(gated) != fingerprint(space)

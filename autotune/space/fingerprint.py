@@ -25,6 +25,8 @@ LATER_GATES = ("max_regression", "max_gpu_j_per_token", "max_power_w")
 LATER_OBJECTIVE = ("slo", "energy_workload", "weights")
 #: Slo fields added since capacity studies were first fingerprinted (left out while unset)
 LATER_SLO = ("max_requests",)
+#: Model fields added since (left out while unset)
+LATER_MODEL = ("vocab_size",)
 
 
 def _later_unset_dropped(data: dict[str, Any], later: tuple[str, ...]) -> dict[str, Any]:
@@ -44,7 +46,7 @@ def experiment(space: SearchSpace) -> dict[str, Any]:
     data = space.model_dump(mode="json")
     return {
         "engine": data["engine"],
-        "model": data["model"],
+        "model": _later_unset_dropped(data["model"], LATER_MODEL),
         "knobs": {k["name"]: {f: k[f] for f in ("values", "default", "kind")} for k in data["knobs"]},
         "fixed": data["fixed"],
         "env": data["env"],
