@@ -317,6 +317,19 @@ def test_a_level_is_warmed_at_its_size_before_it_is_measured():
     assert lv.slow == 0 and lv.verdict is LevelVerdict.PASS and lv.determined == 40, lv
 
 
+def test_every_stream_of_a_level_is_in_flight_at_the_server():
+    """On an H100 (2026-12-06, vLLM 0.26.0, dense 8B, TTFT 1 s / ITL 12 ms) autotune failed 95, 96 and
+    128 streams on a P99 TTFT of 1.3-1.4 s where GuideLLM, on the same server, passed 128 and 192:
+    the client's connection pool held 64, so the other streams waited inside autotune for a
+    connection and that wait counted as their time to first token."""
+    slo = Slo(ttft_ms=6000.0, itl_ms=100.0, attainment=0.9, min_requests=40)
+    server = LoadServer(base_ms=1500.0)  # long enough for all 96 to connect on a loaded machine
+    with server as url:
+        lv = level_at(url, slo, 96)
+    assert server.peak == 96, server.peak
+    assert lv.verdict is LevelVerdict.PASS
+
+
 def test_max_requests_below_min_requests_is_refused():
     with pytest.raises(ValueError, match="max_requests 30 is below min_requests 40"):
         Slo(ttft_ms=1, itl_ms=1, attainment=0.9, min_requests=40, max_requests=30)

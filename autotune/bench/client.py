@@ -55,7 +55,9 @@ class OpenAIClient:
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             transport=transport,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            # no pool limit: a wave or capacity level of N streams keeps N requests in flight; a
+            # capped pool would queue the rest inside the client and count that wait as their TTFT
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
         )
 
     async def aclose(self) -> None:
