@@ -1,4 +1,4 @@
-"""Client-side share of TTFT and decode numbers: autotune's httpx client against `vllm bench serve`'s
+"""Client-side share of TTFT and decode numbers: autotune's client (aiohttp since 2026-12-06; httpx before) against `vllm bench serve`'s
 request function (aiohttp), both against one SSE server whose timing is known.
 
     python benchmarks/client_ttft_overhead.py [--rounds 5] [--requests 20] [--ttft-ms 12] [--itl-ms 2]
@@ -169,7 +169,7 @@ def main() -> None:
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        arms = {"autotune_httpx": autotune_arm}
+        arms = {"autotune": autotune_arm}
         if have_vllm_client():
             arms["vllm_bench_aiohttp"] = vllm_arm
         else:

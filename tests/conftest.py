@@ -62,3 +62,15 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
         package.assemble(partial, overwrite=True)
         partial.rename(target)
     return target
+
+
+@pytest.fixture
+def serve():
+    """serve(handler) -> the base URL of a scripted HTTP server (tests/fakes/scripted_http.py) that
+    lives until the test ends."""
+    from contextlib import ExitStack
+
+    from fakes.scripted_http import scripted_server
+
+    with ExitStack() as stack:
+        yield lambda handler: stack.enter_context(scripted_server(handler))

@@ -1,7 +1,7 @@
 """Dummy-weight test bed on the CPU: shape directories, the generated tokenizer, dummy spaces,
 fixed-length decoding requests, the dummy recipe's accuracy line, and the planner check's fitting.
 
-The HTTP side runs through httpx.MockTransport (a scripted engine: it answers with as many tokens
+The HTTP side runs through a scripted local server (tests/fakes/scripted_http.py: it answers with as many tokens
 as the request asks for, fewer when it has no ignore_eos) -- no vLLM can run here.
 """
 
@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 from tokenizers import Tokenizer
 
@@ -27,6 +26,7 @@ from autotune.model.files import resolve_model
 from autotune.models import Candidate, LaunchSpec, Measurement, NodeLaunch, TrialResult, Workload
 from autotune.output.recipe import recipe_from_trial
 from autotune.space.candidates import baseline, load_space
+from fakes.scripted_http import Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ["qwen3-30b-a3b", "gpt-oss-20b", "minimax-m2-12l", "llama3.1-8b", "llama3.1-70b-40l"]
@@ -215,14 +215,13 @@ class Engine:
         self.natural = natural
         self.bodies: list[dict] = []
 
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
+    def handler(self, path: str, body: dict) -> Reply:
         self.bodies.append(body)
         n = body["max_tokens"] if body.get("ignore_eos") else min(self.natural, body["max_tokens"])
         events = [{"choices": [{"delta": {"content": f" t{i}"}, "finish_reason": None}]} for i in range(n)]
         events.append({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": n}})
         text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-        return httpx.Response(200, content=text.encode(), headers={"content-type": "text/event-stream"})
+        return Reply(200, text.encode())
 
 
 class Ticks:
@@ -234,15 +233,17 @@ class Ticks:
         return self.t
 
 
-def client_for(engine: Engine) -> OpenAIClient:
-    return OpenAIClient("http://engine", "m", transport=httpx.MockTransport(engine.handler), clock=Ticks())
+@pytest.fixture
+def client_for(serve):
+    """client_for(engine) -> a client of `engine` served on a local socket."""
+    return lambda engine: OpenAIClient(serve(engine.handler), "m", clock=Ticks())
 
 
 def workload(**kw) -> Workload:
     return Workload(decode_max_tokens=32, prompt_sets=["prose"], prompts_per_set=2, repeats=2, **kw)
 
 
-def test_fixed_length_decode_sends_ignore_eos_and_min_tokens_and_says_so():
+def test_fixed_length_decode_sends_ignore_eos_and_min_tokens_and_says_so(client_for):
     engine = Engine(natural=5)
     out = asyncio.run(throughput.measure_decode(client_for(engine), "prose", workload(fixed_length=True)))
     assert len(engine.bodies) == 4
@@ -252,24 +253,23 @@ def test_fixed_length_decode_sends_ignore_eos_and_min_tokens_and_says_so():
     assert "exactly 32 output tokens (ignore_eos, min_tokens)" in decode.condition
 
 
-def test_without_fixed_length_requests_stay_as_they_were():
+def test_without_fixed_length_requests_stay_as_they_were(client_for):
     engine = Engine(natural=5)
     out = asyncio.run(throughput.measure_decode(client_for(engine), "prose", workload()))
     assert all("ignore_eos" not in b and "min_tokens" not in b for b in engine.bodies)
     assert "up to 32 output tokens" in out[0].condition
 
 
-def test_a_fixed_length_request_that_comes_back_short_counts_as_failed():
+def test_a_fixed_length_request_that_comes_back_short_counts_as_failed(client_for):
     class Deaf(Engine):  # an engine that does not honour ignore_eos: stops at its natural length
-        def handler(self, request: httpx.Request) -> httpx.Response:
-            body = {k: v for k, v in json.loads(request.content).items() if k != "ignore_eos"}
-            return super().handler(httpx.Request("POST", request.url, json=body))
+        def handler(self, path: str, body: dict) -> Reply:
+            return super().handler(path, {k: v for k, v in body.items() if k != "ignore_eos"})
 
     with pytest.raises(throughput.MeasurementFailed):
         asyncio.run(throughput.measure_decode(client_for(Deaf(natural=5)), "prose", workload(fixed_length=True)))
 
 
-def test_concurrency_and_long_context_decode_use_fixed_lengths_too():
+def test_concurrency_and_long_context_decode_use_fixed_lengths_too(client_for):
     engine = Engine(natural=3)
     w = workload(fixed_length=True, concurrency=[1, 4], decode_context_tokens=[100, 5000], prefill_repeats=2)
 

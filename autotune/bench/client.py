@@ -1,15 +1,21 @@
-"""Async OpenAI-compatible streaming client (httpx), timing every request on perf_counter: what its
+"""Async OpenAI-compatible streaming client (aiohttp), timing every request on perf_counter: what its
 times and counts mean is defined in docs/metrics.md. A failing request becomes a RequestResult
-with ok=False: one bad request never ends a run."""
+with ok=False: one bad request never ends a run.
+
+aiohttp, not httpx: one event loop reads every stream of a wave or capacity level, and httpx's pure
+Python HTTP path cost 120-150 us of CPU per streamed event against aiohttp's 35-45 us
+(benchmarks/client_concurrency.py); at 64 streams of 7 ms tokens the loop fell behind and measured
+itself."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 
 from autotune.models import RequestResult
 
@@ -43,7 +49,6 @@ class OpenAIClient:
         tokenize_path: str = "/tokenize",
         timeout_s: float = 180.0,
         seed: int | None = 1234,
-        transport: httpx.AsyncBaseTransport | None = None,
         clock: Any = time.perf_counter,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -51,17 +56,22 @@ class OpenAIClient:
         self.tokenize_path = tokenize_path
         self.seed = seed
         self._clock = clock
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-            transport=transport,
-            # no pool limit: a wave or capacity level of N streams keeps N requests in flight; a
-            # capped pool would queue the rest inside the client and count that wait as their TTFT
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-        )
+        # timeout_s bounds the wait for each next byte, not the whole stream
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The session, opened on first use inside the running event loop (aiohttp binds it there).
+        No connection limit: a wave or capacity level of N streams keeps N requests at the server; a
+        capped pool would queue the rest inside the client and count that wait as their TTFT."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
+        return self._session
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> OpenAIClient:
         return self
@@ -72,9 +82,9 @@ class OpenAIClient:
     async def count_tokens(self, text: str) -> int:
         """Token count of `text` by the engine's own tokenizer (vLLM /tokenize, llama.cpp /extras/tokenize)."""
         body = {"model": self.model, "prompt": text, "input": text, "add_special_tokens": False}
-        response = await self._http.post(self.tokenize_path, json=body)
-        response.raise_for_status()
-        data = response.json()
+        async with self._http().post(self.base_url + self.tokenize_path, json=body) as response:
+            response.raise_for_status()
+            data = await response.json(content_type=None)
         if "count" in data:
             return int(data["count"])
         return len(data["tokens"])
@@ -102,66 +112,78 @@ class OpenAIClient:
 
     async def _stream(self, path: str, body: dict[str, Any]) -> RequestResult:
         t_send = self._clock()
-        t_first: float | None = None
-        t_last: float | None = None
-        n_chunks = 0
-        pieces: list[str] = []
-        usage: dict[str, Any] | None = None
-        finish: str | None = None
+        reply = _Reply(self._clock)
         try:
-            async with self._http.stream("POST", path, json=body) as response:
-                if response.status_code != 200:
-                    detail = (await response.aread()).decode(errors="replace")[:500]
-                    return RequestResult(ok=False, error=f"HTTP {response.status_code}: {detail}", t_send=t_send)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        # read on to the end of the body: leaving early closes the connection, and
-                        # every next request would pay a new TCP connect inside its TTFT
-                        continue
-                    event = json.loads(payload)
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    for choice in event.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        text = (
-                            delta.get("content")
-                            or delta.get("reasoning_content")
-                            or delta.get("reasoning")
-                            or choice.get("text")
-                        )
-                        if text:
-                            now = self._clock()
-                            if t_first is None:
-                                t_first = now
-                            t_last = now
-                            n_chunks += 1
-                            pieces.append(text)
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
-        except (httpx.HTTPError, json.JSONDecodeError) as exc:
-            timed_out = isinstance(exc, httpx.TimeoutException)
+            async with self._http().post(self.base_url + path, json=body) as response:
+                if response.status != 200:
+                    detail = (await response.read()).decode(errors="replace")[:500]
+                    return RequestResult(ok=False, error=f"HTTP {response.status}: {detail}", t_send=t_send)
+                # read to the end of the body, past [DONE]: leaving early closes the connection, and
+                # every next request would pay a new TCP connect inside its TTFT
+                buffer = b""
+                async for data in response.content.iter_any():
+                    *lines, buffer = (buffer + data).split(b"\n")
+                    for line in lines:
+                        reply.read(line)
+                reply.read(buffer)
+        except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+            timed_out = isinstance(exc, asyncio.TimeoutError)
             return RequestResult(ok=False, error=f"{type(exc).__name__}: {exc}", t_send=t_send, timed_out=timed_out)
-        text = "".join(pieces)
-        if t_first is None:
+        text = "".join(reply.pieces)
+        if reply.t_first is None:
             return RequestResult(ok=False, error="no chunk carried generated text", t_send=t_send, text=text)
+        usage = reply.usage
         n_in = usage.get("prompt_tokens") if usage else None
         n_out = usage.get("completion_tokens") if usage else None
         if n_out is None:
             try:
                 n_out = await self.count_tokens(text)
-            except (httpx.HTTPError, KeyError, ValueError) as exc:
+            except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError) as exc:
                 return RequestResult(ok=False, error=f"no token count: {exc}", t_send=t_send, text=text)
         return RequestResult(
             ok=True,
             t_send=t_send,
-            t_first=t_first,
-            t_last=t_last,
+            t_first=reply.t_first,
+            t_last=reply.t_last,
             n_in=n_in,
             n_out=n_out,
-            n_chunks=n_chunks,
+            n_chunks=reply.n_chunks,
             text=text,
-            finish_reason=finish,
+            finish_reason=reply.finish,
         )
+
+
+class _Reply:
+    """What one streamed reply said so far, read an SSE line at a time; a chunk carrying text is
+    timed when it is read."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.n_chunks = 0
+        self.pieces: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish: str | None = None
+
+    def read(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return
+        event = json.loads(payload)
+        if event.get("usage"):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or choice.get("text")
+            if text:
+                now = self._clock()
+                if self.t_first is None:
+                    self.t_first = now
+                self.t_last = now
+                self.n_chunks += 1
+                self.pieces.append(text)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
