@@ -151,16 +151,21 @@ def main() -> None:
                             for i in range(rows)))
     rounds: list[dict[str, Any]] = []
     with ServerProcess(launch, out / "crosscheck_server.log", startup_timeout_s=space.workload.startup_timeout_s) as server:
-        for i in range(args.rounds):
-            mine = asyncio.run(ours(server.base_url, served, engine.tokenize_path, space, slo))
-            print(f"round {i + 1}: autotune {mine['capacity']} streams", flush=True)
-            theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out), out, i + 1)
-            print(f"round {i + 1}: guidellm {theirs['capacity']} streams", flush=True)
-            rounds.append({"autotune": mine, "guidellm": theirs})
+        def write() -> None:  # after each tool's side: a run cut by its time limit keeps what it measured
             report = {"space": space.name, "slo": slo.model_dump(mode="json"),
                       "workload": space.workload.model_dump(mode="json"), "launch": launch.server.argv,
                       "engine_version": engine.version(), "rounds": rounds}
-            (out / "crosscheck_goodput.json").write_text(json.dumps(report, indent=2))  # after every round
+            (out / "crosscheck_goodput.json").write_text(json.dumps(report, indent=2))
+
+        for i in range(args.rounds):
+            mine = asyncio.run(ours(server.base_url, served, engine.tokenize_path, space, slo))
+            print(f"round {i + 1}: autotune {mine['capacity']} streams", flush=True)
+            rounds.append({"autotune": mine})
+            write()
+            theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out), out, i + 1)
+            print(f"round {i + 1}: guidellm {theirs['capacity']} streams", flush=True)
+            rounds[-1]["guidellm"] = theirs
+            write()
     print(json.dumps({f"round {i + 1}": {k: v["capacity"] for k, v in r.items()} for i, r in enumerate(rounds)}))
 
 
