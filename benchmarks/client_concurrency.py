@@ -21,7 +21,6 @@ import asyncio
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autotune.bench.client import OpenAIClient  # noqa: E402
-from autotune.launchers.base import free_port  # noqa: E402
-from client_ttft_overhead import SERVER  # noqa: E402
+from client_ttft_overhead import timing_server  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Write two sentences about a harbour at dawn."}]
 
@@ -104,21 +102,13 @@ def main() -> None:
     parser.add_argument("--itl-ms", type=float, default=7.0, help="server delay between chunks")
     parser.add_argument("--out", help="write the report as JSON here too")
     args = parser.parse_args()
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(args.ttft_ms / 1000), str(args.itl_ms / 1000)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    with timing_server(args.ttft_ms, args.itl_ms) as base_url:
         runs: dict[str, dict[int, list[dict[str, float]]]] = {a: {n: [] for n in args.streams} for a in ARMS}
         for r in range(args.rounds):
             for n in args.streams:
                 order = list(ARMS.items()) if r % 2 == 0 else list(reversed(ARMS.items()))
                 for name, arm in order:
                     runs[name][n].append(measure(arm, base_url, n, args.max_tokens))
-    finally:
-        server.kill()
-        server.wait()
     table = {name: {n: {k: round(statistics.median(x[k] for x in rs), 2) for k in rs[0]} for n, rs in by.items()}
              for name, by in runs.items()}
     print("| client | streams | TTFT ms (server's) | added by the client | ITL ms (server's) | chunks/s | client CPU us/chunk |")

@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -154,6 +156,20 @@ def have_vllm_client() -> bool:
     return True
 
 
+@contextmanager
+def timing_server(ttft_ms: float, itl_ms: float) -> Iterator[str]:
+    """The stand-in SSE server (SERVER) in a process of its own for the block; yields its base URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(ttft_ms / 1000), str(itl_ms / 1000)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -163,12 +179,7 @@ def main() -> None:
     parser.add_argument("--itl-ms", type=float, default=2.0, help="server delay between chunks")
     parser.add_argument("--out", help="write the report as JSON here too")
     args = parser.parse_args()
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(args.ttft_ms / 1000), str(args.itl_ms / 1000)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    with timing_server(args.ttft_ms, args.itl_ms) as base_url:
         arms = {"autotune": autotune_arm}
         if have_vllm_client():
             arms["vllm_bench_aiohttp"] = vllm_arm
@@ -180,9 +191,6 @@ def main() -> None:
             for name, arm in order:
                 rounds[name].append(asyncio.run(arm(base_url, args.requests, args.max_tokens)))
         stats = httpx.get(f"{base_url}/stats").json()
-    finally:
-        server.kill()
-        server.wait()
     measured = [s for s in stats if s["n"] == args.max_tokens]
     server_ttft = statistics.median((s["t_first"] - s["t_in"]) * 1000 for s in measured)
     server_tpot = statistics.median((s["t_last"] - s["t_first"]) / (s["n"] - 1) * 1000 for s in measured)
