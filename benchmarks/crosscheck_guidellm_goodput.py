@@ -44,6 +44,10 @@ from autotune.space.candidates import baseline, load_space  # noqa: E402
 SEED = 1234  # autotune's client sends it with every request; GuideLLM is given the same in its body
 
 
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
 async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpace, slo: Slo) -> dict[str, Any]:
     work = space.workload
     async with OpenAIClient(base_url, served, tokenize_path=tokenize_path, timeout_s=work.request_timeout_s,
@@ -51,7 +55,8 @@ async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpac
         client = requests_for(http, work)
         await warm_up(client, work)
         started = time.monotonic()
-        report = await capacity.search(slo, lambda n: capacity.measure_level(client, work, slo, n))
+        # each level printed as it is judged: a run cut by its time limit still shows what it measured
+        report = await capacity.search(slo, lambda n: capacity.measure_level(client, work, slo, n, progress=say))
     return {"seconds": round(time.monotonic() - started, 1), "capacity": report.capacity, "stop": report.stop.value,
             "levels": [lv.model_dump(mode="json") for lv in report.levels]}
 
@@ -122,10 +127,11 @@ def levels_of(result: dict[str, Any], target: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--space", required=True, help="a space whose objective is capacity_at_slo")
-    parser.add_argument("--guidellm", required=True, help="the guidellm executable (its own venv)")
+    parser.add_argument("--guidellm", help="the guidellm executable (its own venv); without it, autotune's side only")
     parser.add_argument("--out", required=True)
     parser.add_argument("--model", default=None, help="model path (default: the space's)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--initial-streams", type=int, help="autotune's first level (default: the space's slo)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +142,8 @@ def main() -> None:
     # GuideLLM judges every level at its fixed count: autotune's side likewise, without measuring an
     # unresolved level on (slo.max_requests), so that both tools apply one definition
     slo = slo.model_copy(update={"max_requests": slo.min_requests})
+    if args.initial_streams is not None:
+        slo = slo.model_copy(update={"initial_streams": args.initial_streams})
     model = resolve_model(space.model, args.model)
     engine = get_engine(space.engine).use_space(space)  # llama.cpp: requests queue, not interrupt each other
     launch = engine.render(baseline(space), model, free_port())
@@ -162,6 +170,8 @@ def main() -> None:
             print(f"round {i + 1}: autotune {mine['capacity']} streams", flush=True)
             rounds.append({"autotune": mine})
             write()
+            if args.guidellm is None:
+                continue
             theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out), out, i + 1)
             print(f"round {i + 1}: guidellm {theirs['capacity']} streams", flush=True)
             rounds[-1]["guidellm"] = theirs

@@ -8,6 +8,8 @@
 #                                           # GuideLLM 0.8.1's goodput profile on it, interleaved (ROUNDS, default 1);
 #                                           # needs .gpu-bundle-guidellm/part00 in /tmp/gpu-guidellm
 #                                           # (scripts/gpu/prepare_guidellm_part.sh); GUIDELLM=path skips that install
+#   bash scripts/gpu/capacity.sh autotune-side  # the same server and search without GuideLLM, each level printed
+#                                               # as judged (INITIAL_STREAMS=N starts the doubling at N)
 set -uo pipefail
 source "$(dirname "$0")/dummy_common.sh"   # PYTHONPATH, $W, $DB, $at, save, install
 export VLLM_USE_FLASHINFER_SAMPLER=0
@@ -33,5 +35,13 @@ guidellm)
   echo "crosscheck exit $?" >> "$OUT/crosscheck.txt"
   tar czf "$OUT/crosscheck.tgz" -C "$W" crosscheck 2>/dev/null
   tail -20 "$OUT/crosscheck.txt" ;;
-*) echo "usage: $0 study|guidellm" >&2; exit 2 ;;
+autotune-side)  # autotune's side of the cross-check alone, each level printed as judged (INITIAL_STREAMS to start higher)
+  [[ -f /tmp/site/.installed-vllm-0.33.0 ]] || install
+  timeout "${CROSSCHECK_TIMEOUT:-560}" python3 benchmarks/crosscheck_guidellm_goodput.py \
+    --space benchmarks/spaces/vllm-llama3.1-8b-capacity.yaml --out "$OUT/xc" \
+    ${INITIAL_STREAMS:+--initial-streams $INITIAL_STREAMS} > "$OUT/crosscheck-autotune.txt" 2>&1
+  echo "crosscheck exit $?" >> "$OUT/crosscheck-autotune.txt"
+  rm -f "$OUT/xc/goodput_prompts.jsonl"
+  grep -v "^ *$" "$OUT/crosscheck-autotune.txt" | tail -30 ;;
+*) echo "usage: $0 study|guidellm|autotune-side" >&2; exit 2 ;;
 esac
