@@ -24,12 +24,13 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from autotune.hardware.profiles import calibration_points, get_profile  # noqa: E402
 from autotune.models import Candidate, HardwareProfile, ModelSpec, SearchSpace, Workload  # noqa: E402
 from autotune.planner.calibration import bare_roofline, calibrate, step_line_pair  # noqa: E402
 from autotune.planner.roofline import estimate  # noqa: E402
-from autotune.space import candidates  # noqa: E402
+from batch_term_check import load_space  # noqa: E402
 
 MEASURED = ROOT / "benchmarks" / "data" / "dense70-h200.json"
 GEMMA = ModelSpec(name="gemma-3-270m", path="gemma-3-270m-hf", params_total_b=0.268, weight_bits=16, n_layers=18,
@@ -48,14 +49,6 @@ class Row(NamedTuple):
 
 def one_gpu_h200() -> HardwareProfile:
     return get_profile("h200").model_copy(update={"gpus_per_node": 1})
-
-
-def load_space(path: Path) -> SearchSpace:
-    """The space with its model path taken from the repository root (the shape's config.json sizes
-    the 16-bit LM head of the fp8 rows), wherever this runs from."""
-    space = candidates.load_space(str(path))
-    model = space.model.model_copy(update={"path": str(ROOT / space.model.path)}) if space.model.path else space.model
-    return space.model_copy(update={"model": model})
 
 
 def fit_lines() -> list[str]:

@@ -3,7 +3,7 @@ times and counts mean is defined in docs/metrics.md. A failing request becomes a
 with ok=False: one bad request never ends a run.
 
 aiohttp, not httpx: one event loop reads every stream of a wave or capacity level, and httpx's pure
-Python HTTP path cost 120-150 us of CPU per streamed event against aiohttp's 35-45 us
+Python HTTP path cost 150-370 us of CPU per streamed chunk against aiohttp's 33-44 us
 (benchmarks/client_concurrency.py); at 64 streams of 7 ms tokens the loop fell behind and measured
 itself."""
 
