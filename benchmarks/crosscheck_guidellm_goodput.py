@@ -8,10 +8,12 @@ over `--rounds` (autotune, GuideLLM, autotune, ...), autotune's capacity search
 (autotune/bench/capacity.py, the space's objective.slo) and `guidellm run --profile goodput` with
 the same SLO (ttft_ms; itl_ms as GuideLLM's tpot_ms objective, which it compares with its
 inter-token latency; e2e_ms as e2el_ms), the same target attainment, initial and max streams and
-probe budget, the `min_requests` constraint at the space's min_requests (GuideLLM keeps N in flight
-until that many are processed, then cancels the rest: excluded, as autotune cuts them; autotune's
-side runs with `max_requests` = `min_requests`, so an unresolved level is not measured on), the same
-prompts (the workload's, as a JSON-lines file) and the same max_tokens, on the chat endpoint,
+probe budget, and each level judged from its steady state: GuideLLM runs each level for
+`--guidellm-seconds` (its `max_duration` constraint) with the first and last `--guidellm-transient`
+share of that time left out (its warm-up and cool-down), so neither the burst that fills a level
+nor the requests cancelled at its end decide it; autotune judges the requests sent after every
+stream's first (docs/metrics.md), with `max_requests` = `min_requests` (an unresolved level is not
+measured on, as GuideLLM does not). The same prompts (the workload's, as a JSON-lines file) and the same max_tokens, on the chat endpoint,
 greedy with the same seed. GuideLLM is installed apart (PyPI guidellm 0.8.x, a venv of its own: it
 pulls torch); `--guidellm` is its executable. Writes crosscheck_goodput.json: every level each tool
 probed (streams, attainment, its interval, determined requests, pass / fail / unresolved, output
@@ -61,7 +63,8 @@ async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpac
             "levels": [lv.model_dump(mode="json") for lv in report.levels]}
 
 
-def scenario(base_url: str, served: str, space: SearchSpace, slo: Slo, data: Path, out: Path) -> dict[str, Any]:
+def scenario(base_url: str, served: str, space: SearchSpace, slo: Slo, data: Path, out: Path, seconds: float,
+             transient: float) -> dict[str, Any]:
     objectives = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.itl_ms}
     if slo.e2e_ms is not None:
         objectives["e2el_ms"] = slo.e2e_ms
@@ -77,8 +80,10 @@ def scenario(base_url: str, served: str, space: SearchSpace, slo: Slo, data: Pat
                     "validate_backend": False},
         "profile": {"kind": "goodput", "target_attainment": slo.attainment, "initial_streams": slo.initial_streams,
                     "max_streams": slo.max_streams, "max_probes": slo.max_probes, "tolerance": 0.1,
-                    "confidence": 0.95},
-        "constraints": [{"kind": "min_requests", "count": slo.min_requests}],
+                    "confidence": 0.95,
+                    "warmup": {"percent": transient, "mode": "duration"},
+                    "cooldown": {"percent": transient, "mode": "duration"}},
+        "constraints": [{"kind": "max_duration", "seconds": seconds}],
         "data": [{"kind": "json_file", "path": str(data)}],
         "metrics": {"kind": "generative", "slo": objectives},
         "outputs": [{"kind": "json", "path": str(out / "guidellm.json")}],
@@ -132,6 +137,9 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model path (default: the space's)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--initial-streams", type=int, help="autotune's first level (default: the space's slo)")
+    parser.add_argument("--guidellm-seconds", type=float, default=20.0, help="GuideLLM's run per level (s)")
+    parser.add_argument("--guidellm-transient", type=float, default=0.1,
+                        help="the share of each GuideLLM level at its start and at its end left out")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,12 +157,12 @@ def main() -> None:
     launch = engine.render(baseline(space), model, free_port())
     served = model.served_name or model.name
     data = out / "goodput_prompts.jsonl"
-    # GuideLLM reads its data once per level: enough rows for min_requests plus the ones it cancels.
+    # GuideLLM reads its data once per level: enough rows for a level of max_streams over its seconds.
     # Rows are whole chat messages with string content: from a `prompt` column GuideLLM sends content
     # as a list of parts ([{"type": "text", ...}]), which llama-cpp-python 0.3.36's gemma chat format
     # renders as an empty turn (7 prompt tokens instead of ~36: measured 2026-12-03)
     prompts = capacity.workload_prompts(space.workload)
-    rows = 2 * (slo.min_requests + slo.max_streams)
+    rows = max(2 * (slo.min_requests + slo.max_streams), 40 * slo.max_streams)
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": prompts[i % len(prompts)]}]}) + "\n"
                             for i in range(rows)))
     rounds: list[dict[str, Any]] = []
@@ -172,7 +180,8 @@ def main() -> None:
             write()
             if args.guidellm is None:
                 continue
-            theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out), out, i + 1)
+            theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out,
+                                                args.guidellm_seconds, args.guidellm_transient), out, i + 1)
             print(f"round {i + 1}: guidellm {theirs['capacity']} streams", flush=True)
             rounds[-1]["guidellm"] = theirs
             write()

@@ -2,12 +2,14 @@
 
 The definition is GuideLLM 0.8's goodput profile (docs/metrics.md). The control variable is
 concurrency: a level keeps N requests in flight (each stream sends its next request when its last
-one ends) until `min_requests` are determined, and on while the level is unresolved (looking again at
-2x, 4x ... min_requests, up to `max_requests`). A request is good when it meets every limit of the
-SLO (TTFT, ITL, optionally E2E), a miss when it completed outside one or failed; requests still in
-flight when the level's count is reached are cut: they finish (so the next level starts on an idle
-server) and are excluded. A level passes when the Wilson 95 % interval of its attainment lies at or
-above the target, fails when it lies below, and is `unresolved` (never a bound) when it straddles it.
+one ends) and is judged from its steady state. Which requests count is fixed by the order they
+were sent: each stream's first request (the burst that fills the level) is its warm-up, not
+judged; the next max(`min_requests`, N) requests sent are judged, every one waited for; a level
+still unresolved then is judged again over the next 2x, 4x ... `min_requests` sent, up to
+`max_requests`; requests sent after the judged ones are cut (awaited, excluded). A request is good
+when it meets every limit of the SLO (TTFT, ITL, optionally E2E), a miss when it completed outside
+one or failed. A level passes when the Wilson 95 % interval of its attainment lies at or above the
+target, fails when it lies below, and is `unresolved` (never a bound) when it straddles it.
 
 The search starts at `initial_streams`, doubles until a level fails (capped at `max_streams` and at
 the planner's memory fit), then bisects between the best pass and the lowest fail above it until
@@ -19,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from autotune.bench.client import ChatClient
-from autotune.bench.throughput import MeasurementFailed, decode_args, decoded_fully, load_prompts, user, warm_wave
+from autotune.bench.throughput import MeasurementFailed, decode_args, decoded_fully, load_prompts, user
 from autotune.models import (
     CapacityReport,
     LevelResult,
@@ -104,21 +106,21 @@ def attainment_of(determined: list[RequestResult], slo: Slo, workload: Workload)
 
 
 def level_of(
-    streams: int, determined: list[RequestResult], excluded: int, slo: Slo, workload: Workload, seconds: float
+    streams: int, determined: list[RequestResult], excluded: int, slo: Slo, workload: Workload, seconds: float,
+    output_tokens: float,
 ) -> LevelResult:
-    """One level's record from its determined requests."""
+    """One level's record from its judged requests, and the output tokens its window streamed."""
     n_good, low, high = attainment_of(determined, slo, workload)
     n_failed = sum(failed(r, workload) for r in determined)
     n = len(determined)
     completed = [r for r in determined if not failed(r, workload)]
     ttfts = [r.ttft_ms for r in completed if r.ttft_ms is not None]
     itls = [v for v in map(itl_ms, completed) if v is not None]
-    tokens = sum(r.n_out or 0 for r in completed)
     return LevelResult(
         streams=streams, good=n_good, slow=n - n_good - n_failed, failed=n_failed, excluded=excluded,
         attainment=round(n_good / n, 4) if n else 0.0, interval=(round(low, 4), round(high, 4)),
         verdict=judge(low, high, slo.attainment) if n else LevelVerdict.UNRESOLVED,
-        output_tps=round(tokens / seconds, 3) if seconds > 0 else 0.0,
+        output_tps=round(output_tokens / seconds, 3) if seconds > 0 else 0.0,
         p99_ttft_ms=None if not ttfts else round(p99(ttfts) or 0.0, 2),
         p99_itl_ms=None if not itls else round(p99(itls) or 0.0, 3),
         seconds=round(seconds, 3),
@@ -131,55 +133,102 @@ def workload_prompts(workload: Workload) -> list[str]:
     return [p.prompt for name in sets for p in load_prompts(name)[: workload.prompts_per_set]]
 
 
+@dataclass
+class _Level:
+    """One level's requests by the order they were sent: index < streams is the burst that fills
+    the level (its warm-up), [streams, streams + judged) are judged, the rest are cut."""
+
+    streams: int
+    looks: list[int]
+    results: dict[int, RequestResult] = field(default_factory=dict)
+    judged: int = 0  # the current size of the judged range
+
+    def __post_init__(self) -> None:
+        self.judged = self.looks.pop(0)
+
+    def is_judged(self, index: int) -> bool:
+        return self.streams <= index < self.streams + self.judged
+
+    def judged_results(self) -> list[RequestResult]:
+        return [r for i, r in sorted(self.results.items()) if self.is_judged(i)]
+
+    def complete(self, resolved: Callable[[list[RequestResult]], bool]) -> bool:
+        """Every judged request has ended, and the level is resolved or has no later look; widens the
+        judged range to the next look when it is complete but unresolved."""
+        while True:
+            judged = self.judged_results()
+            if len(judged) < self.judged:
+                return False
+            if not self.looks or resolved(judged):
+                return True
+            self.judged = self.looks.pop(0)
+
+
+def steady_window(judged: list[RequestResult], every: list[RequestResult]) -> tuple[float, float]:
+    """(seconds, output tokens) of the level's steady state: from the first judged request's send to
+    the last one's end, counting the tokens every request of the level (burst and cut ones too)
+    streamed inside it, each request's tokens spread evenly from its first to its last token."""
+    start = min(r.t_send for r in judged)
+    end = max(r.t_last or r.t_first or r.t_send for r in judged)
+    tokens = 0.0
+    for r in every:
+        if not r.n_out or r.t_first is None:
+            continue
+        if start <= r.t_first <= end:
+            tokens += 1
+        last = r.t_last if r.t_last is not None else r.t_first
+        if r.n_out > 1 and last > r.t_first:
+            inside = min(end, last) - max(start, r.t_first)
+            tokens += max(0.0, inside) / (last - r.t_first) * (r.n_out - 1)
+    return end - start, tokens
+
+
 async def measure_level(
-    client: ChatClient, workload: Workload, slo: Slo, streams: int, clock: Callable[[], float] = time.perf_counter,
-    progress: Callable[[str], None] | None = None,
+    client: ChatClient, workload: Workload, slo: Slo, streams: int, progress: Callable[[str], None] | None = None,
 ) -> LevelResult:
-    """After one unmeasured wave of `streams` short requests (`warm_wave`), keep `streams` requests
-    in flight until `slo.min_requests` are determined, and on while the
-    level is unresolved (to `slo.looks()`'s last count); the requests in flight then are cut
-    (awaited, excluded). Prompts cycle through the workload's, each asking for `decode_max_tokens`
-    (exactly, with `fixed_length`)."""
+    """Keep `streams` requests in flight (each stream sends its next request when its last one
+    ends) and judge the level from its steady state. Which requests count is fixed by the order
+    they were sent, never by the order they finish: each stream's first request (the burst that
+    fills the level, and its warm-up at this batch size) is not judged; the next max(min_requests,
+    streams) requests sent are, and the level waits for every one of them; while the level is then
+    unresolved the judged range grows to `slo.looks()`'s next count. Requests sent after the judged
+    range keep the load on and are cut (awaited, excluded). Prompts cycle through the workload's,
+    each asking for `decode_max_tokens` (exactly, with `fixed_length`)."""
     prompts = workload_prompts(workload)
-    looks = slo.looks()
-    determined: list[RequestResult] = []
+    level = _Level(streams, sorted({max(n, streams) for n in slo.looks()}))
+    every: list[RequestResult] = []
     sent = [0]
     done = asyncio.Event()
-    end = [0.0]
 
-    async def stream() -> int:
-        cut = 0
+    def resolved(judged: list[RequestResult]) -> bool:
+        _, low, high = attainment_of(judged, slo, workload)
+        return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
+
+    async def stream() -> None:
         while not done.is_set():
             i = sent[0]
             sent[0] += 1
             result = await client.chat(
                 user(prompts[i % len(prompts)]), max_tokens=workload.decode_max_tokens, **decode_args(workload)
             )
+            every.append(result)
             if done.is_set():
-                cut += 1
                 continue
-            determined.append(result)
-            if len(determined) == looks[0]:
-                looks.pop(0)
-                if not looks or resolved(determined):
-                    end[0] = clock()
-                    done.set()
-        return cut
-
-    def resolved(results: list[RequestResult]) -> bool:
-        _, low, high = attainment_of(results, slo, workload)
-        return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
+            level.results[i] = result
+            if level.is_judged(i) and level.complete(resolved):
+                done.set()
 
     if progress is not None:
         progress(f"capacity at the SLO: {streams} streams")
-    await warm_wave(client, workload, streams)
-    start = clock()
-    cuts = await asyncio.gather(*(stream() for _ in range(streams)))
-    level = level_of(streams, determined, sum(cuts), slo, workload, end[0] - start)
+    await asyncio.gather(*(stream() for _ in range(streams)))
+    judged = level.judged_results()
+    seconds, tokens = steady_window(judged, every)
+    result = level_of(streams, judged, sent[0] - len(judged), slo, workload, seconds, tokens)
     if progress is not None:
-        progress(f"{streams} streams: {level.verdict.value}, attainment {level.attainment:.1%} "
-                 f"[{level.interval[0]:.1%}, {level.interval[1]:.1%}], {level.output_tps:.1f} tok/s")
-    return level
+        progress(f"{streams} streams: {result.verdict.value}, attainment {result.attainment:.1%} "
+                 f"[{result.interval[0]:.1%}, {result.interval[1]:.1%}], {result.output_tps:.1f} tok/s, "
+                 f"{result.determined} judged / {result.excluded} excluded over {result.seconds:.1f} s")
+    return result
 
 
 def _bounds(levels: dict[int, LevelResult]) -> tuple[int, int | None]:
@@ -271,14 +320,15 @@ async def fit_streams(client: ChatClient, workload: Workload, kv_pool_tokens: in
 
 def measurements(report: CapacityReport) -> list[Measurement]:
     """What a search adds to a trial's measurements: the capacity, and the output at it."""
-    condition = (f"most concurrent streams with {report.slo.describe()}, over >= {report.slo.min_requests} "
-                 f"determined requests per level (Wilson 95% interval at or above the target); "
+    condition = (f"most concurrent streams with {report.slo.describe()}, each level judged over the requests "
+                 f"sent after every stream's first, >= max({report.slo.min_requests}, streams) of them "
+                 f"(Wilson 95% interval at or above the target); "
                  f"{len(report.levels)} level(s) probed, {report.stop.value}")
     out = [Measurement.of("capacity_at_slo", "streams", condition, [float(report.capacity)])]
     head = report.at_capacity
     if head is not None:
         out.append(Measurement.of(
             "output_tps.slo", "tok/s",
-            f"aggregate output tok/s at the capacity ({report.capacity} streams in flight, {head.determined} "
-            f"determined requests)", [head.output_tps]))
+            f"aggregate output tok/s at the capacity ({report.capacity} streams in flight), over the window of its "
+            f"{head.determined} judged requests ({head.seconds:g} s)", [head.output_tps]))
     return out

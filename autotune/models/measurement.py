@@ -103,24 +103,30 @@ class SearchStop(str, Enum):
 
 
 class LevelResult(Record):
-    """One concurrency level: `streams` requests kept in flight until `min_requests` were determined."""
+    """One concurrency level: `streams` requests kept in flight, judged over the requests sent once
+    every stream had sent its first (at least one full turn, and `min_requests`)."""
 
     streams: int
     good: int = Field(description="requests that met every limit of the SLO")
     slow: int = Field(description="requests that completed but missed a limit")
     failed: int = Field(description="requests that failed (an error, a short fixed-length reply): misses")
-    excluded: int = Field(description="requests still in flight when the level ended: not counted")
+    excluded: int = Field(description="requests not judged: each stream's first (the burst that fills the level) "
+                                      "and those sent after the judged ones (cut); before 2026-12-07, only the cut")
     attainment: float = Field(description="good / (good + slow + failed)")
     interval: tuple[float, float] = Field(description="Wilson 95% interval of the attainment")
     verdict: LevelVerdict
-    output_tps: float = Field(description="output tokens of the determined requests / the level's seconds")
+    output_tps: float = Field(description="output tokens every request streamed inside the level's window / its seconds")
     p99_ttft_ms: float | None = None
     p99_itl_ms: float | None = None
-    seconds: float
+    seconds: float = Field(description="the level's window: the first judged request's send to the last one's end")
 
     @property
     def determined(self) -> int:
         return self.good + self.slow + self.failed
+
+    def counts(self) -> str:
+        """What the level was judged on: its judged and excluded requests and its window's seconds."""
+        return f"{self.determined} judged / {self.excluded} excluded, {self.seconds:.1f} s"
 
 
 class CapacityReport(Record):

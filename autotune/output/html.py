@@ -193,7 +193,7 @@ def capacity_figure(launched: list[TrialResult], best: TrialResult | None, slo: 
             error_y=dict(type="data", symmetric=False, array=[lv.interval[1] - lv.attainment for lv in levels],
                          arrayminus=[lv.attainment - lv.interval[0] for lv in levels], thickness=1),
             text=[f"{lv.verdict.value}, {lv.output_tps:.1f} tok/s, P99 TTFT {_fmt(lv.p99_ttft_ms, 0)} ms, "
-                  f"P99 ITL {_fmt(lv.p99_itl_ms, 1)} ms" for lv in levels],
+                  f"P99 ITL {_fmt(lv.p99_itl_ms, 1)} ms, {lv.counts()}" for lv in levels],
             hovertemplate="%{x} streams: attainment %{y:.1%}<br>%{text}<extra>" + f"#{t.number}</extra>",
         ))
     fig.add_hline(y=slo.attainment, line_dash="dash", line_color=COLORS["baseline"],

@@ -387,7 +387,7 @@ def capacity_table(outcome: StudyOutcome) -> Table | None:
     table = Table(title=f"capacity at the SLO: {slo.describe()}, >= {slo.min_requests} requests per level",
                   caption="streams: the capacity; tok/s: output at it; P99 TTFT/ITL: the median over levels of "
                   "each level's P99 (ms); level: streams in flight, verdict, attainment [Wilson 95% interval], "
-                  "output tok/s, P99 TTFT/ITL ms, in the order probed")
+                  "output tok/s, P99 TTFT/ITL ms, judged / excluded requests and the window's seconds, in the order probed")
     for column in ("#", "streams", "tok/s", "P99 TTFT/ITL"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("stop", overflow="fold", min_width=8)
@@ -398,7 +398,8 @@ def capacity_table(outcome: StudyOutcome) -> Table | None:
         head = report.at_capacity
         levels = "\n".join(
             f"{lv.streams}: {lv.verdict.value} {lv.attainment:.0%} [{lv.interval[0]:.0%}, {lv.interval[1]:.0%}] "
-            f"{lv.output_tps:.0f} tok/s {_fmt(lv.p99_ttft_ms, 0)}/{_fmt(lv.p99_itl_ms, 0)}" for lv in report.levels)
+            f"{lv.output_tps:.0f} tok/s {_fmt(lv.p99_ttft_ms, 0)}/{_fmt(lv.p99_itl_ms, 0)}, {lv.counts()}"
+            for lv in report.levels)
         fit = f" (memory fits {report.fit_streams})" if report.fit_streams is not None else ""
         table.add_row(str(t.number), str(report.capacity), _fmt(head.output_tps if head else None),
                       f"{_fmt(report.median_p99_ttft_ms, 0)}/{_fmt(report.median_p99_itl_ms, 1)}", report.stop.value + fit,
