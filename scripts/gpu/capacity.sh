@@ -5,7 +5,8 @@
 # online fp8 weights, each searched for the most streams within TTFT 1 s and ITL 12 ms.
 #   bash scripts/gpu/capacity.sh study      # HW=h100 on an H100 (the profile memory is planned with)
 #   bash scripts/gpu/capacity.sh guidellm   # the baseline served once; autotune's capacity search and
-#                                           # GuideLLM 0.8.1's goodput profile on it, interleaved (ROUNDS, default 1);
+#                                           # GuideLLM 0.8.1's goodput profile on it, interleaved (ROUNDS, default 1),
+#                                           # GuideLLM's levels GUIDELLM_SECONDS long (default 15);
 #                                           # needs .gpu-bundle-guidellm/part00 in /tmp/gpu-guidellm
 #                                           # (scripts/gpu/prepare_guidellm_part.sh); GUIDELLM=path skips that install
 #   bash scripts/gpu/capacity.sh autotune-side  # the same server and search without GuideLLM, each level printed
@@ -31,7 +32,8 @@ guidellm)
   fi
   timeout "${CROSSCHECK_TIMEOUT:-560}" python3 benchmarks/crosscheck_guidellm_goodput.py \
     --space benchmarks/spaces/vllm-llama3.1-8b-capacity.yaml --guidellm "${GUIDELLM:-/tmp/guidellm-site/bin/guidellm}" \
-    --out "$W/crosscheck" --rounds "${ROUNDS:-1}" > "$OUT/crosscheck.txt" 2>&1
+    --out "$W/crosscheck" --rounds "${ROUNDS:-1}" --guidellm-seconds "${GUIDELLM_SECONDS:-15}" \
+    ${INITIAL_STREAMS:+--initial-streams $INITIAL_STREAMS} > "$OUT/crosscheck.txt" 2>&1
   echo "crosscheck exit $?" >> "$OUT/crosscheck.txt"
   tar czf "$OUT/crosscheck.tgz" -C "$W" crosscheck 2>/dev/null
   tail -20 "$OUT/crosscheck.txt" ;;
