@@ -219,6 +219,9 @@ def search(
     finally:
         reporter.close()
     terminal.print_outcome(console, plan, outcome)
+    problem = search_command.no_answer(outcome)
+    if problem is not None:
+        raise problem
 
 
 @app.command()

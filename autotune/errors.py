@@ -29,6 +29,13 @@ class EngineUnavailable(AutotuneError):
     exit_code = 3
 
 
+class EnvironmentFailed(AutotuneError):
+    """A study gave no answer because of its environment: every candidate failed for a cause no knob
+    explains (named, with its fix where known), or no launch got its engine to serve."""
+
+    exit_code = 3
+
+
 class EnergyUnavailable(AutotuneError):
     """The space ranks by energy (objective tokens_per_joule, speed_energy) and this host has no GPU energy to read."""
 

@@ -41,11 +41,11 @@ def _failing(message: str) -> Callable[..., TrialResult]:
 
 def test_the_same_failure_in_the_baseline_and_another_candidate_stops_the_study(tmp_path) -> None:
     outcome = _tuner(tmp_path, _failing("HTTP 500: KeyError: '<|end|>'"), trials=5).run()
-    launched = [t for t in outcome.trials if t.status == "failed"]
+    launched = [t for t in outcome.trials if t.status == "environment"]  # kept as history, retried on resume
     assert len(launched) == 2 and launched[0].number == 0
-    assert outcome.stopped is not None
-    assert "KeyError: '<|end|>'" in outcome.stopped and "not a knob" in outcome.stopped
-    assert "trial 0" in outcome.stopped and f"trial {launched[1].number}" in outcome.stopped
+    assert outcome.stopped is not None and outcome.environment is not None
+    assert "KeyError: '<|end|>'" in outcome.stopped and "no knob explains" in outcome.stopped
+    assert f"trials 0, {launched[1].number}" in outcome.stopped
 
 
 def test_different_failures_do_not_stop_the_study(tmp_path) -> None:
@@ -56,3 +56,61 @@ def test_different_failures_do_not_stop_the_study(tmp_path) -> None:
 
     outcome = _tuner(tmp_path, launch, trials=4).run()
     assert sum(t.status == "failed" for t in outcome.trials) == 4 and outcome.stopped is None
+
+
+# ---------------------------------------------------------------- issue 47: an environment failure, then a resume
+
+CRASH = "engine exited with code -11 before the engine became healthy"
+
+
+def _crashing(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
+    failure = FailureInfo(failure_class="startup_crash", message=CRASH, evidence=["Segmentation fault"])
+    return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason=CRASH,
+                       failure=failure, duration_s=2.0, phase_s={"start": 2.0})
+
+
+def _healthy(launched: list[Candidate]) -> Callable[..., TrialResult]:
+    def launch(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
+        from autotune.models import Measurement
+
+        launched.append(candidate)
+        decode = Measurement.of("decode_tps.prose", "tok/s", "decode", [10.0 + candidate.params.get("n_threads", 1)])
+        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=decode.median,
+                           score=decode.median, measurements=[decode], duration_s=60.0,
+                           phase_s={"start": 5.0, "decode": 55.0})
+    return launch
+
+
+def test_a_resume_after_an_environment_failure_starts_clean(tmp_path) -> None:
+    """Issue 47, on an Intel host with AMX: a native llama.cpp build segfaulted at every start, the
+    study stopped on the shared cause, the portable build was installed, and the resumed study kept
+    the two failed starts as measured: the baseline never ran again, every later trial's qeval was
+    unchecked (no reference), and the study stopped early again on the first sitting's failures."""
+    first = _tuner(tmp_path, _crashing, trials=4).run()
+    assert first.environment is not None, first.stopped
+    assert first.environment.trials[0] == 0 and CRASH in first.environment.describe()
+    crashed = [t for t in first.trials if t.status == "environment"]
+    assert [t.number for t in crashed][:1] == [0] and len(crashed) == 2  # kept as history, not as measured
+
+    launched: list[Candidate] = []
+    second = _tuner(tmp_path, _healthy(launched), trials=4).run()
+    assert launched[0].params == {"n_threads": 1, "flash_attn": False}  # the baseline first
+    assert second.stopped is None and second.environment is None  # the stale failures stop nothing
+    assert second.baseline is not None and second.baseline.status == "ok"
+    assert len(launched) == 4  # four launches measured in this sitting: the failed starts did not count
+    assert sum(t.status == "ok" for t in second.trials) == 4
+
+
+def test_a_trial_failing_on_its_own_after_an_environment_failure_is_still_learned(tmp_path) -> None:
+    _tuner(tmp_path, _crashing, trials=4).run()
+
+    def launch(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
+        if candidate.params.get("flash_attn"):
+            failure = FailureInfo(failure_class="serving_failed", message="serving_failed: HTTP 500 flash")
+            return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
+                               reason=failure.message, failure=failure, duration_s=10.0,
+                               phase_s={"start": 5.0, "decode": 5.0})
+        return _healthy([])(ctx, candidate, number, events)
+
+    outcome = _tuner(tmp_path, launch, trials=4).run()
+    assert outcome.environment is None and outcome.baseline is not None and outcome.baseline.status == "ok"

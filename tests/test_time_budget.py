@@ -34,14 +34,19 @@ def test_rounds_are_cut_to_what_fits():
     assert budget.how_many_fit(2, None) == 2  # nothing measured: no basis to cut
 
 
-def test_typical_trial_time_is_the_median_of_launched_trials():
-    def trial(n: int, status: str, duration: float) -> TrialResult:
+def test_typical_trial_time_is_the_median_of_launched_trials_whose_engine_served():
+    def trial(n: int, status: str, duration: float, **phases: float) -> TrialResult:
         candidate = Candidate(engine="llamacpp", params={"n": n})
-        return TrialResult(study="s", number=n, candidate=candidate, status=status, duration_s=duration)
+        return TrialResult(study="s", number=n, candidate=candidate, status=status, duration_s=duration,
+                           phase_s=phases)
 
     assert typical_trial_s([]) is None
-    trials = [trial(0, "ok", 100.0), trial(1, "failed", 20.0), trial(2, "ok", 300.0), trial(3, "skipped", 0.0)]
+    trials = [trial(0, "ok", 100.0), trial(1, "failed", 20.0, start=5.0, decode=15.0), trial(2, "ok", 300.0),
+              trial(3, "skipped", 0.0)]
     assert typical_trial_s(trials) == 100.0
+    # issue 47: starts that died in 2 s priced the next launches at 2 s
+    dead = [trial(4, "failed", 2.0, start=2.0), trial(5, "environment", 2.0, start=2.0)]
+    assert typical_trial_s([*trials, *dead]) == 100.0 and typical_trial_s(dead) is None
 
 
 def _timed(n: int, started: str, **phases: float) -> TrialResult:

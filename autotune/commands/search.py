@@ -9,6 +9,8 @@ import statistics
 from collections.abc import Callable, Iterator
 
 from autotune.commands.setup import predicted_order
+from autotune.errors import AutotuneError, ConfigError, EnvironmentFailed
+from autotune.failures.learning import environment_of
 from autotune.hardware.profiles import describe
 from autotune.launchers.base import free_port
 from autotune.models import (
@@ -32,6 +34,7 @@ from autotune.study.parallel import on_boxes
 from autotune.study.plan import SearchPlan
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.relaunches import Relaunch
+from autotune.store import ENVIRONMENT
 from autotune.study.tuner import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
 from autotune.verdict.confirmation import rounds_done
 from autotune.verdict.noise import LaunchNoise
@@ -237,9 +240,12 @@ def forecast(
     end the qeval reference's trial and one relaunch of the final best, else every trial (at most)."""
     store = plan.store
     own = store.trials(plan.study) if store else []
-    tried = {t.candidate.key() for t in own}
+    # a candidate whose trials all failed for a cause every candidate shared is tried again
+    retried = {t.candidate.key() for t in own if t.status == ENVIRONMENT}
+    tried = {t.candidate.key() for t in own if t.status != ENVIRONMENT}
+    retried -= tried
     left = [c for c in enumerate_candidates(plan.space) if plan.pruner.reason(c) is None and c.key() not in tried]
-    measured = len([t for t in own if t.status != "skipped"])
+    measured = len([t for t in own if t.status in ("ok", "failed")])
     to_run = max(0, min(trials - measured, len(left)))
     launched, basis = measured_trials(store, plan.study, plan.space) if store else ([], "")
     gate_runs = [gates_time_s(t) for t in launched if gates_time_s(t) > 0]
@@ -288,4 +294,28 @@ def forecast(
         noise_relaunches=max(0, noise_relaunches - confirm_rounds),
         hardware=describe(plan.hardware),
         parallel=plan.parallel,
+        retried=len(retried),
+        retried_because=cause.describe() if retried and (cause := environment_of(own)) else None,
     )
+
+
+def no_answer(outcome: StudyOutcome) -> AutotuneError | None:
+    """Why the study gave no answer at all, as the error to exit with; None when it ran (a study
+    whose trials were measured but found no winner has an answer: that verdict). Exit 3 when every
+    candidate failed for a cause no knob explains, or no launch got its engine to serve; exit 2 when
+    no trial ran because of the study's own settings (its time budget, a configuration it refuses)."""
+    if outcome.environment is not None:
+        return EnvironmentFailed(f"no answer: {outcome.environment.describe()}")
+    launched = [t for t in outcome.trials if t.status != "skipped"]
+    if not launched:
+        return ConfigError(f"no trial ran: {outcome.stopped}") if outcome.stopped else None
+    if any(t.served for t in launched):
+        return None
+    failed = [t for t in launched if t.failure is not None]
+    first = failed[0] if failed else launched[0]
+    why = first.failure.message if first.failure else (first.reason or first.status)
+    if failed and all(t.failure.failure_class == "configuration_error" for t in failed):
+        return ConfigError(f"no answer: no trial could run with the study's settings (trial {first.number}: {why})")
+    return EnvironmentFailed(
+        f"no answer: no launch got its engine to serve ({len(launched)} launched; trial {first.number}: {why}); "
+        "`autotune show` lists each failure, `autotune probe --classify LOG` reads a log")

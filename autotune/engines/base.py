@@ -184,6 +184,12 @@ class Engine(ABC):
                 args += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
         return args
 
+    def environment_fix(self, failure: FailureInfo) -> str | None:
+        """What to do about `failure` when every candidate failed with it (no knob explains it), where
+        this engine knows a cause on this host (e.g. a build that does not suit its CPU); None
+        when it knows none."""
+        return None
+
     def classify(self, log_text: str) -> FailureInfo | None:
         """The failure this log shows, from the shared signature table; None when it shows none."""
         return classify(log_text, engine=self.name)

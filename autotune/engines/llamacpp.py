@@ -8,14 +8,17 @@ KV cache types are given by name (f16, q8_0, q4_0) and passed as ggml type numbe
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
-from importlib import metadata
 from collections.abc import Mapping
+from functools import cache
+from importlib import metadata
+from pathlib import Path
 from typing import Annotated, ClassVar
 
 from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
-from autotune.models import Candidate, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
+from autotune.models import Candidate, FailureInfo, LaunchSpec, ModelSpec, NodeLaunch, Scalar, SearchSpace
 
 # ggml_type enum values (ggml.h); stable across releases because GGUF files store them.
 GGML_TYPES: dict[str, int] = {
@@ -43,6 +46,51 @@ KV_BYTES: dict[str, float] = {
 # Memory beyond weights and KV: stated, not fitted.
 FIXED_GB = 0.25  # context + scratch
 DEFAULT_UBATCH = 512
+#: a start that died on a fault a CPU build unfit for the host raises (SIGILL, SIGBUS, SIGFPE, SIGSEGV)
+CPU_FAULT = re.compile(r"exited with code -(4|7|8|11)\b|Illegal instruction|Segmentation fault")
+#: the install that builds llama-cpp-python for any CPU of its architecture (run from the project root)
+PORTABLE_INSTALL = "bash scripts/install_llama_cpp.sh"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The flags this CPU advertises (Linux); empty where they cannot be read."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+@cache
+def build_features() -> str:
+    """What the installed llama-cpp-python was compiled with (ggml's system info: "AVX2 = 1 | AMX_INT8
+    = 1 | ..."), read in a process of its own (loading the library is safe; running it may not be)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def cpu_fault_fix(failure: FailureInfo, flags: frozenset[str], built: str) -> str | None:
+    """The fix for a start that every candidate failed on a CPU fault: the portable build; and why,
+    where the build has AMX kernels on a CPU that advertises AMX (a native build on such a host:
+    cloud VMs advertise AMX and fault on its first instruction)."""
+    if not CPU_FAULT.search(" ".join([failure.message, *failure.evidence])):
+        return None
+    amx = sorted(f for f in flags if f.startswith("amx"))
+    if amx and "AMX" in built:
+        return (f"llama-cpp-python here was compiled natively with ggml's AMX kernels, and this CPU advertises AMX "
+                f"({', '.join(amx)}) but faults on it (cloud VMs do): install the portable build into this "
+                f"environment with `{PORTABLE_INSTALL}` (from the project root)")
+    return (f"the engine died on a CPU fault at start: the llama-cpp-python build may not suit this CPU; "
+            f"`{PORTABLE_INSTALL}` (from the project root) installs a portable build")
+
+
 PLAIN_OPTIONS = (
     "n_ctx",
     "n_batch",
@@ -116,6 +164,9 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable(
                 "llama-cpp-python's server extra is missing; run `pip install 'llama-cpp-python[server]'`"
             ) from exc
+
+    def environment_fix(self, failure: FailureInfo) -> str | None:
+        return cpu_fault_fix(failure, cpu_flags(), build_features())
 
     def validate_space(self, space: SearchSpace) -> None:
         """Knob names (base class), then the values autotune itself translates: KV cache type

@@ -22,10 +22,10 @@ import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 from autotune.failures.isolation import Isolation, isolate, smoke_launch
-from autotune.models import Candidate, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
+from autotune.models import Candidate, EnvironmentFailure, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
 from autotune.engines.signatures import covers_for
 from autotune.models import LearnedFailure
-from autotune.store import Store
+from autotune.store import ENVIRONMENT, Store
 from autotune.trial.run import TrialContext
 
 #: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
@@ -71,23 +71,53 @@ def isolations(store: Store, study: str) -> list[Isolation]:
     return [Isolation.model_validate_json(row["result"]) for row in rows]
 
 
-def shared_cause(trials: list[TrialResult], baseline: Candidate) -> str | None:
-    """Why to stop the study when the baseline failed and a candidate with other knob values failed
-    the same way (same class and message, nothing implicated): every candidate shares that cause
-    (model, engine, workload), so more launches would only repeat it. None: no such pair."""
-    def cause(t: TrialResult) -> tuple[str, str] | None:
-        f = t.failure
-        return (f.failure_class, f.message) if t.status == "failed" and f and not f.implicates else None
+def _cause(t: TrialResult) -> tuple[str, str] | None:
+    f = t.failure
+    return (f.failure_class, f.message) if t.status in ("failed", ENVIRONMENT) and f and not f.implicates else None
 
-    base = next((t for t in trials if t.candidate.key() == baseline.key()), None)
-    if base is None or cause(base) is None:
+
+def shared_failure(trials: list[TrialResult], baseline: Candidate) -> list[TrialResult]:
+    """The failed trials to stop the study on: the baseline failed, and a candidate with other knob
+    values failed the same way (same class and message, nothing implicated), so every candidate
+    shares that cause (model, engine, workload, host) and more launches would only repeat it. Every
+    failed trial with that cause, the baseline first; [] when there is no such pair."""
+    base = next((t for t in trials if t.candidate.key() == baseline.key() and t.status == "failed"), None)
+    if base is None or _cause(base) is None:
+        return []
+    same = [t for t in trials if t.status == "failed" and _cause(t) == _cause(base)]
+    if not any(t.candidate.key() != base.candidate.key() for t in same):
+        return []
+    return sorted(same, key=lambda t: (t.number != base.number, t.number))
+
+
+def as_environment(trial: TrialResult, fix: str | None) -> TrialResult:
+    """`trial` kept as history of a failure every candidate shared: re-run on resume, never a measurement."""
+    failure = trial.failure.model_copy(update={"fix": fix or trial.failure.fix}) if trial.failure else None
+    return trial.model_copy(update={"status": ENVIRONMENT, "failure": failure})
+
+
+def environment_of(trials: list[TrialResult]) -> EnvironmentFailure | None:
+    """The failure every candidate shared, where the study's latest launch ended on one (a resume
+    that got past it ran later launches: then None)."""
+    launched = [t for t in trials if t.status != "skipped"]
+    latest = max(launched, key=lambda t: t.number, default=None)
+    if latest is None or latest.status != ENVIRONMENT or latest.failure is None:
         return None
-    twin = next((t for t in trials if t.candidate.key() != base.candidate.key() and cause(t) == cause(base)), None)
-    if twin is None:
-        return None
-    return (f"the same failure in trial {base.number} (the baseline) and trial {twin.number} "
-            f"({twin.candidate.label()}): {base.failure.message}; every candidate shares its cause "
-            "(model, engine, workload), not a knob value: fix that, then run the same command to resume")
+    same = [t for t in trials if t.status == ENVIRONMENT and _cause(t) == _cause(latest)]
+    first = min(same, key=lambda t: t.number)
+    failure = first.failure
+    assert failure is not None
+    return EnvironmentFailure(
+        failure_class=failure.failure_class, message=failure.message,
+        trials=sorted({t.number for t in same}), evidence=decisive_line(failure),
+        fix=next((t.failure.fix for t in same if t.failure and t.failure.fix), None),
+    )
+
+
+def decisive_line(failure: FailureInfo) -> str | None:
+    """The log line that shows the failure best: the last evidence line autotune did not write itself."""
+    lines = [line.strip() for line in failure.evidence if line.strip() and not line.startswith("autotune:")]
+    return lines[-1] if lines else None
 
 
 def learned_in_study(store: Store, study: str) -> list[LearnedFailure]:

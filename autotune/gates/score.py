@@ -194,6 +194,7 @@ class Standing(str, Enum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
     CRASHED = "crashed"
+    ENVIRONMENT = "environment"
     FAILED = "failed"
     DOMINATED = "dominated"
     DEFERRED = "deferred"
@@ -222,9 +223,11 @@ def verdict(trial: TrialResult) -> str:
     place = standing(trial)
     if place in (Standing.SKIPPED, Standing.INTERRUPTED, Standing.CRASHED):
         return f"{place.value}: {trial.reason}"
-    if place is Standing.FAILED:
+    if place in (Standing.FAILED, Standing.ENVIRONMENT):
         cls = trial.failure.failure_class if trial.failure else "failed"
         reason = (trial.reason or "").removeprefix(f"{cls}: ")
+        if place is Standing.ENVIRONMENT:
+            return f"environment ({cls}, every candidate failed so; retried on resume): {reason}"
         return f"failed ({cls}): {reason}"
     if place is Standing.DOMINATED:
         return f"dominated: {trial.dominated}"

@@ -28,6 +28,29 @@ class FailureInfo(Record):
     fix: str | None = None
 
 
+class EnvironmentFailure(Record):
+    """A failure every candidate of a study shared (the baseline and another candidate failed the
+    same way, nothing implicated): its cause is in what they all share (the model, the engine's
+    install, the host), not a knob value. The study stops on it, exits 3, and a resume re-runs
+    those trials, the baseline first."""
+
+    failure_class: str
+    message: str
+    trials: list[int] = Field(description="the trials that failed for it (re-run on resume)")
+    evidence: str | None = Field(None, description="the decisive line of the engine's log")
+    fix: str | None = Field(None, description="what to do, where the engine knows the cause on this host")
+
+    def describe(self) -> str:
+        """One paragraph: what failed, where, the log line, the fix, and how to resume."""
+        listed = ", ".join(map(str, self.trials))
+        out = (f"every candidate failed the same way, for a cause no knob explains ({self.failure_class} in "
+               f"trials {listed}): {self.message}")
+        if self.evidence and self.evidence not in self.message:
+            out += f"; log: {self.evidence}"
+        out += f"; fix: {self.fix}" if self.fix else "; fix what the model, the engine's install or the host share"
+        return out + "; then run the same command: the study retries these trials, the baseline first"
+
+
 class AcceptanceSource(str, Enum):
     """Where a trial's speculative-decoding acceptance was read from."""
 
@@ -56,8 +79,10 @@ class ResolvedEngine(Record):
 
 
 # interrupted (Ctrl-C / SIGTERM) and crashed (autotune itself died or raised) attempts are re-run
-# once on resume; a second such attempt counts as a failure of the candidate
-TrialStatus = Literal["ok", "failed", "skipped", "interrupted", "crashed"]
+# once on resume; a second such attempt counts as a failure of the candidate. environment: it
+# failed for a cause every candidate shared (the study stopped on it): kept as history, not as a
+# measurement, and re-run on every resume, the baseline first, until the environment is fixed
+TrialStatus = Literal["ok", "failed", "skipped", "interrupted", "crashed", "environment"]
 
 
 class TrialResult(Record):
@@ -121,6 +146,11 @@ class TrialResult(Record):
     energy: TrialEnergy | None = Field(
         None, description="energy per measured workload and the GPUs' state (None: trials stored before it)"
     )
+
+    @property
+    def served(self) -> bool:
+        """Its engine came up and it measured something (a phase past the start ran)."""
+        return self.status == "ok" or any(p not in ("start", "teardown") for p in self.phase_s)
 
     def measurement(self, name: str) -> Measurement | None:
         return next((m for m in self.measurements if m.name == name), None)

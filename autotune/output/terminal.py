@@ -316,6 +316,8 @@ def forecast_text(plan: RunForecast) -> str:
         + (f"\n  {plan.parallel} trials in flight: ~{fmt_duration(plan.wall_s)} of wall time (trials in waves of "
            f"{plan.parallel}, each priced as alone; the rest one at a time)" if plan.parallel > 1 else "")
         + (f"\n  hardware {plan.hardware}" if plan.hardware else "")
+        + (f"\n  retrying {plan.retried} candidate(s), the baseline first: the last run ended with "
+           f"{plan.retried_because}" if plan.retried else "")
     )
 
 

@@ -2,4 +2,6 @@
 schema (migrations). May import verdict, models."""
 
 from autotune.store.migrations import MIGRATIONS
-from autotune.store.runs_db import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store, attempt_boxes, check_writable
+from autotune.store.runs_db import (
+    ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, ENVIRONMENT, RERUN_STATUSES, Store, attempt_boxes, check_writable,
+)

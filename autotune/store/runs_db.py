@@ -62,6 +62,10 @@ def attempt_boxes(row: dict[str, Any]) -> tuple[int, ...]:
 #: attempts that did not end with a result of their own: re-run once on resume, then a failure
 CUT_STATUSES = ("interrupted", "crashed")
 ATTEMPTS_BEFORE_FAILURE = 2
+#: a failure every candidate shared (autotune.failures.learning.mark_environment): re-run on every resume
+ENVIRONMENT = "environment"
+#: statuses that stand for a re-run of their candidate once it has one
+RERUN_STATUSES = (*CUT_STATUSES, ENVIRONMENT)
 
 
 def check_writable(db_path: Path) -> None:
@@ -356,6 +360,16 @@ class Store:
                 "learned_at": utc_now(),
             }
         )
+
+    def forget_failures(self, study: str, trials: list[int]) -> int:
+        """Drop what `trials` of `study` taught (they failed for a cause no knob explains); returns how many."""
+        if not trials or "failures" not in self.db.table_names():
+            return 0
+        where = f"study = ? and trial in ({','.join('?' * len(trials))})"
+        with self.atomic():
+            gone = self.db["failures"].count_where(where, [study, *trials])
+            self.db["failures"].delete_where(where, [study, *trials])
+        return gone
 
     def learned_failures(self, host_key: str, engine: str) -> list[LearnedFailure]:
         return [

@@ -40,6 +40,8 @@ class RunForecast(BaseModel):
     noise_relaunches: int = 0  # decode-only relaunches of the baseline beyond the confirmation's
     hardware: str | None = None  # what a node is and whether the figures are this host's (hardware.profiles.describe)
     parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
+    retried: int = 0  # candidates whose trials failed for a cause every candidate shared: launched again
+    retried_because: str | None = None  # that cause, as the earlier run ended on it
 
     @property
     def launches(self) -> int:
@@ -93,9 +95,9 @@ def gates_time_s(trial: TrialResult) -> float:
 
 
 def measured_trials(store: Store, study: str, space: SearchSpace) -> tuple[list[TrialResult], str]:
-    """Launched trials: this study's, else earlier studies' of the same space and engine."""
-    def launched(name: str) -> list[TrialResult]:
-        return [t for t in store.trials(name) if t.status != "skipped" and t.duration_s > 1.0]
+    """Trials whose engine served: this study's, else earlier studies' of the same space and engine."""
+    def launched(name: str) -> list[TrialResult]:  # a start that failed in seconds prices nothing
+        return [t for t in store.trials(name) if t.status in ("ok", "failed") and t.served and t.duration_s > 1.0]
 
     own = launched(study)
     if own:

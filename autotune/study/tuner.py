@@ -37,10 +37,10 @@ from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers import stop_all as stop_engines
 from autotune.launchers.base import free_port
-from autotune.failures.learning import learn_from_failure, shared_cause
+from autotune.failures.learning import as_environment, environment_of, learn_from_failure, shared_failure
 from autotune.models import (
-    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, DraftScheduleReport, FailedClass,
-    GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
+    AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, DraftScheduleReport,
+    EnvironmentFailure, FailedClass, GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
 )
 from autotune.verdict.noise import LaunchNoise
 from autotune.gates.numerics import (
@@ -55,7 +55,7 @@ from autotune.study.relaunch_cost import gates_relaunch_s
 from autotune.study.relaunches import Relaunch
 from autotune.gates.score import constraint_values, evaluate_gates, rank
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, make_candidate
-from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, Store, attempt_boxes
+from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, ENVIRONMENT, RERUN_STATUSES, Store, attempt_boxes
 from autotune.study.view import StudyTrials
 from autotune.verdict.tradeoffs import tradeoffs
 from autotune.trial.run import TrialContext, run_trial
@@ -122,6 +122,8 @@ class StudyOutcome(BaseModel):
     accuracy: bool = True  # the study's mode: accuracy gates on (False: throughput only, accuracy unchecked)
     objective: Objective = Field(default_factory=Objective)  # what the trials' objective and score measure
     accuracy_failures: list[AccuracyFailure] = Field(default_factory=list)  # numerics classes learned to fail
+    # the study's latest launches failed for a cause every candidate shared: no answer (exit 3)
+    environment: EnvironmentFailure | None = None
 
     @property
     def best(self) -> TrialResult | None:
@@ -166,8 +168,9 @@ class TimeBudget:
 
 
 def typical_trial_s(trials: list[TrialResult]) -> float | None:
-    """Median wall time of the launched trials so far (None before the first)."""
-    durations = [t.duration_s for t in trials if t.status != "skipped" and t.duration_s]
+    """Median wall time of the trials so far whose engine served (None before the first): a start
+    that failed in seconds is not what the next launch will take."""
+    durations = [t.duration_s for t in trials if t.status != "skipped" and t.served and t.duration_s]
     return statistics.median(durations) if durations else None
 
 
@@ -176,11 +179,13 @@ def distributions(ctx: TrialContext) -> dict[str, CategoricalDistribution]:
 
 
 def rerun_if_cut(trial: TrialResult | None, trials: list[TrialResult]) -> TrialResult | None:
-    """A trial that was cut (interrupted, crashed) stands for its candidate's re-run, once it has one."""
-    if trial is None or trial.status not in CUT_STATUSES:
+    """A trial that was cut (interrupted, crashed) or failed for a cause every candidate shared
+    (environment) stands for its candidate's re-run, once it has one."""
+    if trial is None or trial.status not in RERUN_STATUSES:
         return trial
     key = trial.candidate.key()
-    return next((t for t in trials if t.candidate.key() == key and t.status not in (*CUT_STATUSES, "skipped")), trial)
+    return next((t for t in trials if t.candidate.key() == key and t.status not in (*RERUN_STATUSES, "skipped")),
+                trial)
 
 
 def baseline_of(trials: list[TrialResult]) -> TrialResult | None:
@@ -244,6 +249,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         accuracy=accuracy,
         objective=objective,
         accuracy_failures=store.accuracy_failures(name),
+        environment=environment_of(trials),
     )
 
 
@@ -491,9 +497,11 @@ class Tuner:
         finished = {t.candidate.key() for t in trials if t.status in ("ok", "failed")}
         cut = Counter(t.candidate.key() for t in trials if t.status in CUT_STATUSES)
         again: dict[str, Candidate] = {}
-        for t in trials:
+        for t in trials:  # number order: the baseline (trial 0) first
             key = t.candidate.key()
-            if t.status in CUT_STATUSES and key not in finished and cut[key] < ATTEMPTS_BEFORE_FAILURE:
+            if key in finished:
+                continue
+            if t.status == ENVIRONMENT or (t.status in CUT_STATUSES and cut[key] < ATTEMPTS_BEFORE_FAILURE):
                 again.setdefault(key, t.candidate)
         return list(again.values())
 
@@ -584,7 +592,9 @@ class Tuner:
                         raise
                     done = self._finish(study, flight, result, twins.pop(flight.candidate.key(), []))
                     typical = typical_trial_s(done)
-                    stopped = stopped or (shared_cause(done, baseline(space)) if result.status == "failed" else None)
+                    shared = shared_failure(done, baseline(space)) if result.status == "failed" else []
+                    if shared:
+                        stopped = stopped or self._environment(shared).describe()
                     if self.parallel > 1 and launches.flights():
                         self._report_flights(launches.flights(), typical, launched)
         except KeyboardInterrupt:  # not measured: re-run once when the study resumes
@@ -683,10 +693,14 @@ class Tuner:
                 self.host_key, space.engine, self.ctx.study, candidate, result.objective, "trial", trial.number,
                 metric=space.objective.sample_metric, energy=result.energy, boxes=flight.boxes,
             )
-        # isolating a failure no signature pins on knobs launches the engine: on boxes of its own
+        # isolating a failure no signature pins on knobs launches the engine: on boxes of its own;
+        # a failure the baseline shares teaches no knob value (the study stops on it instead)
         isolates = result.failure is not None and not result.failure.implicates
-        with on_boxes(self.pool if isolates else None, self.per_trial, flight.ctx, self.boxes) as (ctx, _):
-            if learn_from_failure(ctx, self.store, self.host_key, result, baseline(space), self.reporter.trial_event):
+        shared = result.status == "failed" and any(
+            t.number == result.number for t in shared_failure([*before, result], baseline(space)))
+        with on_boxes(self.pool if isolates and not shared else None, self.per_trial, flight.ctx, self.boxes) as (ctx, _):
+            if not shared and learn_from_failure(ctx, self.store, self.host_key, result, baseline(space),
+                                                 self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
         tell(study, trial, result)
         for twin in twins:  # the same candidate, asked while this one ran
@@ -695,6 +709,19 @@ class Tuner:
         ranked = rank(done)
         self.reporter.trial_finished(result, ranked[0] if ranked else None)
         return done
+
+    def _environment(self, shared: list[TrialResult]) -> EnvironmentFailure:
+        """Keep `shared` (failed for a cause every candidate shares) as history, each with the fix the
+        engine knows for this host: not measurements, re-run on resume, teaching no knob value."""
+        assert shared[0].failure is not None
+        fix = self.ctx.engine.environment_fix(shared[0].failure)
+        for t in shared:
+            self.view.save(as_environment(t, fix))
+        if self.store.forget_failures(self.ctx.study, [t.number for t in shared]):
+            self.failures = self.store.learned_failures(self.host_key, self.ctx.space.engine)
+        found = environment_of(self.view.all())
+        assert found is not None
+        return found
 
     def _report_flights(self, flights: list[Flight], typical: float | None, launched: int) -> None:
         left = max(0, self.trials - launched)
