@@ -45,9 +45,29 @@ def _load(name: str, entry: dict[str, Any]) -> HardwareProfile:
     return profile
 
 
+#: the fitted decode terms a profile without its own may borrow from `fit_from` (one decode line:
+#: efficiency and fixed step are fitted together, so they travel together)
+DECODE_FIT = ("decode_efficiency", "step_overhead_ms", "eager_step_overhead_ms", "stream_step_overhead_ms")
+
+
+def _borrow(profile: HardwareProfile, profiles: dict[str, HardwareProfile]) -> HardwareProfile:
+    """`profile` with the decode terms it has not fitted taken from its `fit_from` profile, named in
+    `borrowed`; as it is when it names none or has fitted its decode efficiency itself."""
+    if profile.fit_from is None or profile.decode_efficiency is not None:
+        return profile
+    source = profiles.get(profile.fit_from)
+    if source is None or source.fit_from is not None:
+        raise ConfigError(f"{PROFILES_FILE}: profile {profile.name!r}: fit_from {profile.fit_from!r} is not a profile "
+                          "with a fit of its own")
+    taken = {term: getattr(source, term) for term in DECODE_FIT
+             if getattr(profile, term) is None and getattr(source, term) is not None}
+    return profile.model_copy(update={**taken, "borrowed": list(taken)})
+
+
 @lru_cache(maxsize=1)
 def _loaded() -> dict[str, HardwareProfile]:
-    return {name: _load(name, entry) for name, entry in _raw()["profiles"].items()}
+    own = {name: _load(name, entry) for name, entry in _raw()["profiles"].items()}
+    return {name: _borrow(profile, own) for name, profile in own.items()}
 
 
 def load_profiles() -> dict[str, HardwareProfile]:

@@ -54,6 +54,13 @@ class HardwareProfile(Strict):
         None, description="time each stream beyond the first adds to a decode step (per-request scheduling, "
         "sampling, attention metadata), fitted from waves of N streams; None = not measured, counted as 0",
     )
+    fit_from: str | None = Field(
+        None, description="the profile whose fitted decode terms this one borrows while it has none of its own "
+        "(the nearest fitted GPU of the same architecture)",
+    )
+    borrowed: list[str] = Field(
+        default_factory=list, description="the fitted terms taken from `fit_from` (filled when the profile loads)",
+    )
     nominal_cores: int | None = Field(None, description="cpu profile: cores its flops figure assumes")
     cpu_cores: int | None = Field(
         None, description="cores of this CPU host (detected under --hardware auto): decode on t threads "

@@ -502,6 +502,9 @@ def _decode(case: _Case, mem: _Memory) -> _Decode:
     if efficiency is None:
         efficiency = 1.0
         notes.assume(f"no fitted decode efficiency for {hardware.name}: bare roofline (an upper bound)")
+    elif hardware.borrowed:
+        notes.assume(f"decode efficiency {efficiency:g} and the fixed step borrowed from {hardware.fit_from}'s fit "
+                     f"(same {hardware.compute_capability} architecture): {hardware.name} has measured none of its own")
     else:
         notes.assume(f"decode efficiency {efficiency:g} for {hardware.name}")
     notes.assume(f"decode at a mean context of {mean_ctx} tokens")
