@@ -67,6 +67,7 @@ from autotune.gates.score import evaluate_gates
 from autotune.commands.setup import launchable, planner_order
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, needle_check, probes_check
 from autotune.store import Store
+from autotune.study.leases import BoxPool
 from autotune.study.tuner import SilentReporter, Tuner
 from autotune.trial.run import TrialContext
 from ground_truth import machine_fit
@@ -303,7 +304,7 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
 
 def replay_one(
     table: Table, strategy: str, seed: int, budget: int, workdir: Path, host_noise: bool = False,
-    gates: GatePolicy | None = None, held_out: bool = False,
+    gates: GatePolicy | None = None, held_out: bool = False, pool: BoxPool | None = None,
 ) -> Replay:
     space = table.space
     if strategy == "autotune-median":  # the default, ranking by the median objective (no within-launch penalty)
@@ -358,7 +359,7 @@ def replay_one(
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     tuner = Tuner(
         ctx, store, pruner, host_key, trials=budget, seed=seed, reporter=SilentReporter(),
-        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), **options,
+        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), pool=pool, **options,
     )
     outcome = tuner.run()
     best = outcome.best

@@ -162,3 +162,20 @@ def test_with_numerics_neutral_knobs_the_reference_runs_its_needle_at_once_to_le
     sq.replay_one(table, "grid", 0, len(table.grid), tmp_path / "neutral", gates=GatePolicy.AT_END)
     reference = _trials(tmp_path / "neutral", len(table.grid))[0]
     assert reference.needle is not None and reference.qeval is not None and not reference.deferred
+
+
+def test_the_gates_relaunch_is_a_noise_sample_of_the_boxes_it_ran_on(sq, tmp_path):
+    """Issue 51: in a study with a box pool the gates relaunch of the head stored its launch sample
+    with no boxes (the lease was dropped at the end of its `with`), so it joined the noise group of
+    launches on no box in particular instead of its own boxes'."""
+    pytest.importorskip("ray")
+    from autotune.study.leases import BoxPool
+
+    table = _table(sq, json.loads(TINY.read_text()))
+    budget = len(table.grid)
+    with BoxPool.local(2) as pool:
+        sq.replay_one(table, "grid", 0, budget, tmp_path / "pooled", gates=GatePolicy.AT_END, pool=pool)
+    rows = list(Store(tmp_path / "pooled" / f"grid-0-{budget}.db").db["launch_samples"].rows)
+    relaunches = [r for r in rows if r["source"] == "gates relaunch"]
+    assert relaunches and all(r["boxes"] for r in relaunches), relaunches
+    assert all(r["boxes"] for r in rows if r["source"] == "trial")

@@ -748,11 +748,14 @@ class Tuner:
         def judged() -> list[TrialResult]:
             return self._judged()
 
+        held: dict[int, tuple[int, ...]] = {}  # the boxes each relaunch ran on: its launch sample's noise group
+
         def relaunch(trial: TrialResult, logs: Path) -> TrialResult:
             self.reporter.relaunch_started(Relaunch.gates(trial.candidate, trial.number))
             ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
             donor = self._accuracy_donor(trial.candidate, trial.number)
-            with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
+            with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, boxes):
+                held[trial.number] = boxes
                 return self.launch(leased, trial.candidate, trial.number, self.reporter.trial_event, dominated=None,
                                    reuse=donor)
 
@@ -766,7 +769,8 @@ class Tuner:
             if result.status == "ok" and result.objective:
                 self.store.add_launch_sample(self.host_key, self.ctx.space.engine, self.ctx.study, merged.candidate,
                                              result.objective, "gates relaunch", merged.number,
-                                             metric=self.ctx.space.objective.sample_metric, energy=result.energy)
+                                             metric=self.ctx.space.objective.sample_metric, energy=result.energy,
+                                             boxes=held.get(merged.number, ()))
             ranked = rank(judged())
             self.reporter.trial_finished(merged, ranked[0] if ranked else None)
 
