@@ -11,7 +11,9 @@ F test of whether the candidates differ, each knob's main effect and the optimum
 seed, budget, pick, its value by all of its launches and by its held-out launches) with the
 SHA-256 of the table it replayed and the commit of the code that replayed it; its tables are
 summarized with `benchmarks/search_quality.py`'s own `summarize`. `--check` also fails when a
-table changed after its replay file was written: then run `replay` again.
+table changed after its replay file was written, or when the code a replay measures (`MEASURED`:
+the study, the planner, the gates, the hardware profiles, the replay itself) changed after the
+commit it was replayed with: then run `replay` again.
 
 A block in a page is the text between `<!-- figures:NAME:begin -->` and `<!-- figures:NAME:end -->`;
 everything outside the markers is hand-written. tests/test_docs.py runs `--check`.
@@ -92,10 +94,32 @@ def _replay(job: tuple[str, int, int, str]) -> dict:
     return run.model_dump() | {"held_out_ratio": (held or 0.0) / _TABLE.optimum}
 
 
+#: what a replay measures: a change to any of these makes the stored replays stale
+MEASURED = ("autotune/study", "autotune/planner", "autotune/gates", "autotune/hardware/hardware_profiles.yaml",
+            "benchmarks/search_quality.py")
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@cache
+def last_change() -> str | None:
+    """The last commit that changed what a replay measures; None where git cannot tell (no history
+    here, a shallow clone): then only the tables' checksums are checked."""
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
+        return None
+    out = git("log", "-1", "--format=%H", "--", *MEASURED)
+    return out.stdout.strip() or None
+
+
+def is_ancestor(older: str, newer: str) -> bool:
+    return git("merge-base", "--is-ancestor", older, newer).returncode == 0
+
+
 def commit() -> str:
     out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "autotune", "benchmarks/search_quality.py"],
-                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = git("status", "--porcelain", "--", *MEASURED).stdout.strip()
     return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
 
@@ -160,8 +184,16 @@ class Replayed:
         self.held = sq.summarize(self.table, held, self.data["strategies"], self.data["budgets"])
 
     def stale(self) -> str | None:
+        again = f"run python benchmarks/figures.py replay --only {self.name}"
         if self.data["table_sha256"] != sha256(DATA / f"{self.name}.json"):
-            return f"{self.path.name}: benchmarks/data/{self.name}.json changed since it was replayed; run python benchmarks/figures.py replay --only {self.name}"
+            return f"{self.path.name}: benchmarks/data/{self.name}.json changed since it was replayed; {again}"
+        made = self.data["code"].split()[0]
+        if "uncommitted" in self.data["code"]:
+            return f"{self.path.name}: replayed with uncommitted changes to what it measures ({made}); {again}"
+        last = last_change()
+        if last is not None and not is_ancestor(last, made):
+            return (f"{self.path.name}: replayed with code at {made}, older than the last change to what it measures "
+                    f"({last}: {', '.join(MEASURED)}); {again}")
         return None
 
     def row(self, summary: dict, budget: int, strategy: str) -> dict:

@@ -37,9 +37,24 @@ def test_an_unknown_block_is_refused():
 
 def test_a_replay_of_a_changed_table_is_stale():
     rep = figures.Replayed("gt-vllm-minimax-h200-c8")
+    rep.data["code"] = figures.git("rev-parse", "HEAD").stdout.strip()  # as if replayed now
     assert rep.stale() is None
     rep.data["table_sha256"] = "0" * 64
     assert "changed since it was replayed" in (rep.stale() or "")
+
+
+def test_a_replay_made_before_the_last_change_to_what_it_measures_is_stale():
+    """Issue 51: the H200 8-stream replay was made 183 commits before the code it measures last changed."""
+    if figures.last_change() is None:
+        pytest.skip("no git history here (a shallow clone): only the tables' checksums can be checked")
+    rep = figures.Replayed("gt-vllm-minimax-h200-c8")
+    before = figures.git("rev-parse", f"{figures.last_change()}~1").stdout.strip()
+    rep.data["code"] = before[:12]
+    assert "older than the last change to what it measures" in (rep.stale() or "")
+    rep.data["code"] = figures.last_change()[:12]
+    assert rep.stale() is None
+    rep.data["code"] = f"{figures.last_change()[:12]} (with uncommitted changes)"
+    assert "uncommitted" in (rep.stale() or "")
 
 
 def test_every_block_is_on_a_page_and_every_replay_is_stored():
