@@ -32,7 +32,7 @@ from autotune.models.energy import (
 )
 from autotune.models.trial import (
     AcceptanceSource, AccuracyFailure, ClassAttempt, ClassIsolation, Confirmation, ConfirmationLaunch,
-    FailedClass, FailureInfo, LearnedFailure, ResolvedEngine, TrialResult, TrialStatus, VerdictStatus,
+    FailedClass, FailureCause, FailureInfo, LearnedFailure, ResolvedEngine, TrialResult, TrialStatus, VerdictStatus,
 )
 from autotune.models.host import (
     ChoicesCheck, ChoicesStatus, DeviceIdentity, GpuIdentity, HostFingerprint, LeftOutKnob, ProbeReport,

@@ -16,11 +16,31 @@ from autotune.models.launch import Candidate, LaunchSpec, NcclReading
 from autotune.models.measurement import CapacityReport, GateOutcome, Measurement, NeedleReport, QevalReport
 
 
+class FailureCause(str, Enum):
+    """What a failure blames, and so what a study may learn from it. Every failure class states one:
+    a signature row (autotune/engines/signatures.py) or the code that makes the failure."""
+
+    #: knob values (`FailureInfo.implicates`): learned, and a later candidate holding them is skipped
+    KNOB = "knob"
+    #: the host, an installed package, the driver, the network (NCCL) or the image: no knob value
+    #: explains it, so none is learned; fix it and every candidate may run again
+    ENVIRONMENT = "environment"
+    #: what the trial had to fit in: memory, time, load, the study's own settings. It depends on the
+    #: knobs together, so no single value is learned or isolated
+    LIMITS = "limits"
+    #: nothing names a cause: isolation launches look for the knob value that broke
+    UNEXPLAINED = "unexplained"
+
+
 class FailureInfo(Record):
     """A classified failure. `implicates` names the knobs whose values caused it: a later
-    candidate holding the same values for all of them is skipped without launching."""
+    candidate holding the same values for all of them is skipped without launching. `cause` says
+    what the failure blames; an ENVIRONMENT failure teaches no knob value."""
 
     failure_class: str
+    cause: FailureCause = Field(
+        FailureCause.UNEXPLAINED, description="what it blames: knob values, the environment, limits, or nothing known"
+    )
     feature: str | None = Field(None, description="human name of what failed, e.g. 'nvfp4 KV cache'")
     message: str
     evidence: list[str] = Field(default_factory=list, description="the log lines that show it")
