@@ -85,6 +85,11 @@ FAILING_LINES = [
     ("subprocess.CalledProcessError: Command '['nvcc', '--version']' returned non-zero exit status 1.", "non-zero exit status 1"),
     ("worker 3 exited with code 139", "exited with code 139"),
     ("Killed", "Killed"),
+    # a traceback cut before its exception; pydantic's literal error without its ValidationError line
+    ('Traceback (most recent call last):\n  File "<site>/ray/dag/compiled_dag_node.py", line 251, in do_exec_tasks\n'
+     "    done = tasks[operation.exec_task_idx].exec_operation(", "Traceback (most recent call last):"),
+    ("cache_dtype\n  Input should be 'auto', 'fp8' or 'fp8_e5m2' [type=literal_error, input_value='fp9', input_type=str]",
+     "Input should be 'auto', 'fp8' or 'fp8_e5m2'"),
 ]
 
 

@@ -727,9 +727,11 @@ _QUIET_RE = re.compile(_LEVEL.format("DEBUG|INFO|WARNING|WARN"))
 _ERROR_LEVEL_RE = re.compile(_LEVEL.format("ERROR|CRITICAL"))
 _PYDANTIC_VALUE_ERROR = "Value error, "
 _PYDANTIC_HEADLINE_RE = re.compile(r"ValidationError: \d+ validation errors? for")
-# a failure without an exception line: pydantic's validation line, CUDA, NCCL, a fatal signal, a non-zero exit
+# a failure without an exception line: a traceback cut before its exception, pydantic's validation lines,
+# CUDA, NCCL, a fatal signal, a non-zero exit
 _FAILURE_LINE_RE = re.compile(
-    r"^(?:Value error, .+|CUDA error: .+|.*\bcudaError\w+.*|NCCL error.*|Fatal Python error: .+|Segmentation fault.*|"
+    r"^(?:Traceback \(most recent call last\):|Value error, .+|Input should be .+|"
+    r"For further information visit https://errors\.pydantic\.dev/.*|CUDA error: .+|.*\bcudaError\w+.*|NCCL error.*|Fatal Python error: .+|Segmentation fault.*|"
     r".*\(core dumped\).*|terminate called after throwing .+|\*\*\* SIG(?!TERM\b|INT\b)\w+ received.*|Killed|"
     r"Aborted(?: \(core dumped\))?|.*\breturned non-zero exit status [1-9]\d*.*|"
     r".*\bexit(?:ed with)? (?:code|status) [1-9]\d*\b.*)$"
@@ -947,6 +949,10 @@ def _unexplained(raw_lines: list[str], lines: list[str]) -> FailureInfo | None:
         evidence.append(_one_line(raw_lines[detail].strip(), _EVIDENCE_LINE_CHARS))
     if outer != root and outer != detail:
         evidence.append(_one_line(raw_lines[outer].strip(), _EVIDENCE_LINE_CHARS))
+    if lines[outer].strip() == _TRACEBACK:  # cut before its exception: where it was cut
+        last = next((i for i in range(len(lines) - 1, outer, -1) if _informative(raw_lines[i])), None)
+        if last is not None:
+            evidence.append(_one_line(raw_lines[last].strip(), _EVIDENCE_LINE_CHARS))
     return FailureInfo(
         failure_class=UNCLASSIFIED,
         feature=None,
