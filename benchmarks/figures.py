@@ -54,6 +54,7 @@ H200_COULD_RECORD = {
     "startup_timeout__vllm_engine_ready": "a startup time-out",
     "bad_flag__vllm_cacheconfig_literal": "a bad flag",
     "missing_dependency__vllm_flashinfer": "a missing flashinfer",
+    "max_model_len_rejected__vllm_above_config": "a max_model_len above the model's config",
 }
 MARK = re.compile(r"(<!-- figures:([a-z0-9-]+):begin -->\n)(.*?)(<!-- figures:\2:end -->)", re.S)
 

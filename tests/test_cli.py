@@ -187,7 +187,14 @@ def test_classify_a_log(capsys):
 def test_classify_clean_log(capsys):
     log = Path(__file__).parent / "logs" / "clean__llamacpp_q8_0_kv_flash_attn.log"
     code, out = run(capsys, "probe", "--classify", str(log))
-    assert code == 0 and "shows no known failure" in out
+    assert code == 0 and "shows no failure" in out
+
+
+def test_classify_an_environment_failure_says_no_knob_explains_it(capsys):
+    log = Path(__file__).parent / "logs" / "nccl_timeout__vllm_ray_watchdog.log"
+    code, out = run(capsys, "probe", "--classify", str(log))
+    assert code == 0 and "nccl_timeout" in out
+    assert "blames: the environment" in " ".join(out.split()) and "implicates knobs" not in out
 
 
 def test_classify_missing_file(capsys, tmp_path):

@@ -114,3 +114,29 @@ def test_a_trial_failing_on_its_own_after_an_environment_failure_is_still_learne
 
     outcome = _tuner(tmp_path, launch, trials=4).run()
     assert outcome.environment is None and outcome.baseline is not None and outcome.baseline.status == "ok"
+
+
+def test_a_failure_its_signature_blames_on_the_environment_stops_the_study_at_once(tmp_path) -> None:
+    """Issue 50 with 47: NCCL, a missing package or the driver teach no knob value; the study says
+    so and stops, and the same command retries that candidate once the environment is fixed."""
+    from autotune.models import FailureCause
+
+    def launch(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
+        if number == 0:
+            return _healthy([])(ctx, candidate, number, events)
+        failure = FailureInfo(failure_class="nccl_timeout", cause=FailureCause.ENVIRONMENT, fix="check NCCL_SOCKET_IFNAME",
+                              message="nccl_timeout: Watchdog caught collective operation timeout",
+                              evidence=["[Rank 0] Watchdog caught collective operation timeout"])
+        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason=failure.message,
+                           failure=failure, duration_s=30.0, phase_s={"start": 30.0})
+
+    outcome = _tuner(tmp_path, launch, trials=4).run()
+    assert [t.status for t in outcome.trials] == ["ok", "environment"]
+    assert outcome.environment is not None and outcome.environment.trials == [1]
+    assert "environment, not a knob (nccl_timeout)" in outcome.environment.describe()
+    assert "check NCCL_SOCKET_IFNAME" in outcome.environment.describe()
+
+    launched: list[Candidate] = []
+    again = _tuner(tmp_path, _healthy(launched), trials=4).run()
+    assert launched[0] == outcome.trials[1].candidate  # the environment's trial first
+    assert again.environment is None and sum(t.status == "ok" for t in again.trials) == 4

@@ -256,8 +256,11 @@ def test_unclassified_crash_reports_root_and_outermost_exception(version: str) -
     assert info.implicates == []
 
 
-def test_no_traceback_and_no_row_is_none() -> None:
-    assert classify("RuntimeError: looks like an error but there is no traceback\n") is None
+def test_an_exception_line_without_a_traceback_is_still_a_crash() -> None:
+    """#50: an excerpt that is only the exception line is a failure, never "no known failure"."""
+    info = classify("RuntimeError: looks like an error but there is no traceback\n")
+    assert info.failure_class == UNCLASSIFIED
+    assert info.message == "unclassified_crash: RuntimeError: looks like an error but there is no traceback"
 
 
 def test_traceback_source_lines_are_not_matched_as_errors() -> None:
@@ -291,8 +294,8 @@ def test_signature_table_rows() -> None:
         assert re.fullmatch(r"[a-z0-9_]+", row["failure_class"])
         assert row["fix"] and row["feature"]
         re.compile(row["pattern"])
-        if row["prunes"]:
-            assert row["implicates"] or row["knob_from_flag"], f"{row['failure_class']} prunes but names no knob"
+        if row["cause"] == "knob":
+            assert row["implicates"] or row["knob_from_flag"], f"{row['failure_class']} blames a knob but names none"
 
 
 def test_classify_file_missing_raises_probe_error(tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ not a later consequence (vLLM re-raises every engine-core error in the API serve
 "Engine core initialization failed. See root cause above"). When two signatures match on the
 same line, the one listed first in `SIGNATURES` wins, so specific rows come before generic ones.
 
-A signature `prunes` when the implicated knob values will fail the same way again on this host
-and engine build (a dtype the hardware lacks, a flag the engine rejects). Environment problems
-(a missing package, a too-old Triton) never prune: fixing the environment fixes every candidate.
-`FailureInfo.implicates` is filled only for pruning signatures, because the study skips every
+Every row states what it blames, its `cause` (autotune.models.FailureCause): KNOB when the
+implicated knob values will fail the same way again on this host and engine build (a dtype the
+hardware lacks, a flag the engine rejects); ENVIRONMENT when no knob value explains it (a missing
+package, a too-old Triton, NCCL, the driver, the image: fixing it fixes every candidate); LIMITS
+for memory and time, which depend on the knobs together; UNEXPLAINED when the row names a crash but
+not its cause. `FailureInfo.implicates` is filled only for KNOB rows, because the study skips every
 later candidate holding the same values for the implicated knobs. A row's `covers` widens that to
 a class of values of one implicated knob (every quantized V cache type needs flash attention, not
 only the one tried): autotune/failures/learning.py learns each value of the class that the space holds.
@@ -18,6 +20,15 @@ A root cause is matched wherever it appears: in an eager traceback, below Dynamo
 "Data-dependent assertion failed" with the assert's source line under "from user code:"), inside
 vLLM's engine-core error block and Ray's worker errors (their line prefixes, nested ones too, are
 stripped before matching; `RayTaskError(X)` is unwrapped to X by the traceback fallback).
+
+Beside these hand-written rows, the rows generated from vLLM's own source (autotune/engines/refusals.py:
+a short pattern of the words of one message vLLM raises -> class -> the knobs it names) match on an
+exception's own line; a hand-written row wins on the same line.
+
+A failing log is never healthy: with no row matching, a Python traceback, an exception line, an
+`ERROR` line of the engine, pydantic's `Value error,`, a CUDA error, a fatal signal or a non-zero
+exit is `unclassified_crash`, quoting the decisive line (the root exception, and the last one).
+`classify` returns None only for a log that shows none of these.
 """
 
 from __future__ import annotations
@@ -26,10 +37,12 @@ import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+from autotune.engines.refusals import refusals
 from autotune.errors import ProbeError
-from autotune.models import FailureInfo
+from autotune.models import FailureCause, FailureInfo
 
 # Markers that autotune itself writes into a log, so the same table classifies them.
 STARTUP_TIMEOUT_MARKER = "autotune: engine did not become healthy within"
@@ -42,6 +55,10 @@ ENGINE_STALLED = "engine_stalled"
 
 VLLM = frozenset({"vllm"})
 LLAMACPP = frozenset({"llamacpp"})
+
+KNOB = FailureCause.KNOB
+ENVIRONMENT = FailureCause.ENVIRONMENT
+LIMITS = FailureCause.LIMITS
 
 _EVIDENCE_LINE_CHARS = 600
 _MESSAGE_CHARS = 240
@@ -72,7 +89,8 @@ class Signature:
     feature: str
     fix: str
     implicates: tuple[str, ...] = ()
-    prunes: bool = False
+    #: what the row blames (autotune.models.FailureCause): KNOB rows fill `implicates`, the study learns them
+    cause: FailureCause = FailureCause.UNEXPLAINED
     engines: frozenset[str] | None = None
     #: a named group `flag` in the pattern adds the knob that flag sets to `implicates`.
     knob_from_flag: bool = False
@@ -80,6 +98,8 @@ class Signature:
     weak: bool = False
     #: implicated knobs whose blame covers a class of values, not only the value tried
     covers: tuple[Covers, ...] = ()
+    #: the row counts only in a log that also shows this (e.g. a speculative_config was set)
+    context: re.Pattern[str] | None = None
 
     def applies_to(self, engine: str | None) -> bool:
         return engine is None or self.engines is None or engine in self.engines
@@ -117,6 +137,21 @@ _KNOB_ALIASES = {
     "fa": "flash_attn",
 }
 
+#: a traceback frame in vLLM's spec-decode proposers or a drafter model (MTP, EAGLE, Medusa)
+_SPEC_FRAME = r'File "[^"]*(?:/spec_decode/[^"]*|/models/[^"/]*(?:mtp|eagle|medusa)[^"/]*\.py)"'
+#: a speculative_config that is set, as vLLM's start lines print it ("speculative_config=SpeculativeConfig(",
+#: "'speculative_config': {")
+_SPEC_SET = _rx(r"""speculative_config['"]?\s*[=:]\s*(?!None\b)[{\w]""")
+#: a traceback frame of an attention kernel (the KV cache's path)
+_ATTENTION_FRAME = r'File "[^"]*(?:/attention/|attn|reshape_and_cache)[^"]*"'
+#: from a frame to the error line below it, within one traceback
+_FRAMES_THEN = r".*(?:\n.*){0,120}?\n.*"
+_WEIGHT_SHAPE = (r"(?:Attempted to load weight \(|The size of tensor a \(\d+\) must match the size of tensor b|"
+                 r"size mismatch for|copying a param with shape|doesn't match the broadcast shape|"
+                 r"assert param(?:_data|\.data)\.shape == loaded_weight\.shape)")
+#: a device-side assert: the kernel's own line (printed first), then torch's CUDA error
+_DEVICE_ASSERT = r"(?:\.cu:\d+: .*Assertion .* failed\.|device-side assert triggered|cudaErrorAssert)"
+
 SIGNATURES: tuple[Signature, ...] = (
     # ---------------------------------------------------------------- autotune's own markers
     Signature(
@@ -124,6 +159,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(re.escape(PROBE_TIMEOUT_MARKER)),
         "probe finished in time",
         "a hang or a very slow JIT: raise the probe timeout once; if it hangs again, treat the feature as broken",
+        cause=LIMITS,
     ),
     Signature(
         "startup_timeout",
@@ -131,12 +167,14 @@ SIGNATURES: tuple[Signature, ...] = (
             + r"|TimeoutError: Timed out waiting for engine core processes to start"),
         "engine startup within the timeout",
         "raise the startup timeout (and VLLM_ENGINE_READY_TIMEOUT_S); first starts compile kernels for minutes",
+        cause=LIMITS,
     ),
     Signature(
         ENGINE_STALLED,
         _rx(re.escape(ENGINE_STALLED_MARKER) + r".*"),
         "generation while the health endpoint answers",
         "a hang, not a slow config: on several nodes check the NCCL every node loads; relaunch",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "silent_miscompute",
@@ -150,7 +188,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"error: argument (?P<flag>--[\w-]+)(?:/-[\w-]+)?: invalid choice: .*"),
         "flag value accepted by this engine version",
         "use one of the values the error lists",
-        prunes=True,
+        cause=KNOB,
         knob_from_flag=True,
     ),
     Signature(
@@ -158,7 +196,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"error: unrecognized arguments: (?P<flag>--[\w-]+).*"),
         "flag known to this engine version",
         "this engine version does not have the flag: drop the knob or upgrade",
-        prunes=True,
+        cause=KNOB,
         knob_from_flag=True,
     ),
     Signature(
@@ -166,7 +204,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"error: argument (?P<flag>--[\w-]+)(?:/-[\w-]+)?: (?:expected one argument|invalid \w+ value: .*)"),
         "flag value accepted by this engine version",
         "give the flag a value of the right type",
-        prunes=True,
+        cause=KNOB,
         knob_from_flag=True,
     ),
     Signature(
@@ -175,7 +213,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"validation errors? for \w*Config\n(?P<flag>\w+)\n\s*(?:Input should be|Value error, Invalid \w+:) .*"),
         "config value accepted by this engine version",
         "use one of the values the error lists",
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
         knob_from_flag=True,
     ),
@@ -191,12 +229,32 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"No module named '(?P<module>[\w.]+)'"),
         "a Python package the engine imports",
         "install the missing package (for 'flashinfer': pip install flashinfer-python)",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "missing_dependency",
         _rx(r"ImportError: (?:lib[\w.+-]*\.so[\w.]*): cannot open shared object file.*"),
         "a shared library the engine loads",
         "install the library or fix LD_LIBRARY_PATH",
+        cause=ENVIRONMENT,
+    ),
+    Signature(
+        "missing_dependency",
+        _rx(r"DeepGEMM (?:backend )?is (?:not available|unavailable).*"),
+        "DeepGEMM (deep_gemm) for FP8 block-quantized kernels",
+        "install the DeepGEMM build this vLLM expects, or turn it off (VLLM_USE_DEEP_GEMM=0) so another FP8 kernel runs",
+        cause=ENVIRONMENT,
+    ),
+    Signature(
+        "missing_dependency",
+        _rx(r".*flashinfer/data/.*(?:missing and no known rule to make it|No such file or directory).*|"
+            r".*No such file or directory.*flashinfer/data/.*|"
+            r"fatal error: flashinfer/\S+: No such file or directory.*|"
+            r"JIT compilation is disabled via FLASHINFER_DISABLE_JIT.*"),
+        "FlashInfer's JIT sources (flashinfer/data) or its JIT cache",
+        "the image's flashinfer-python lacks its JIT sources: reinstall it whole, or add flashinfer-jit-cache / "
+        "flashinfer-cubin of the same version",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "stale_env",
@@ -204,36 +262,60 @@ SIGNATURES: tuple[Signature, ...] = (
         "environment variables known to this vLLM",
         "drop the variable or map it to its CLI flag (VLLM_ATTENTION_BACKEND -> --attention-backend)",
         engines=VLLM,
+        cause=ENVIRONMENT,
     ),
     Signature(
         "triton_too_old",
         _rx(r"ptxas fatal\s*: Value 'sm_\d+a?' is not defined for option 'gpu-name'"),
         "Triton's ptxas knows this GPU",
         "Triton >= 3.6, or TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "build_target_mismatch",
         _rx(r"Instruction 'cvt with \.e2m1x2' not supported on \.target 'sm_\d+'"),
         "kernels built for an arch-specific (a/f) target",
         "image problem: use a build for 12.0f / 12.1a",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "flashinfer_jit_arch",
         _rx(r"FlashInfer requires GPUs with sm75 or higher|No supported CUDA architectures found for major versions"),
         "FlashInfer JIT resolves this GPU's arch",
         "fix the CUDA toolkit on PATH or set FLASHINFER_CUDA_ARCH_LIST (12.1a on GB10)",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "nccl_system_error",
         _rx(r"NCCL.*unhandled system error.*"),
         "NCCL transport",
         "wrong or down HCA: pin NCCL_IB_HCA and check the links",
+        cause=ENVIRONMENT,
+    ),
+    Signature(
+        "nccl_timeout",
+        _rx(r"Watchdog caught collective operation timeout.*|ProcessGroupNCCL's watchdog got stuck.*|"
+            r"NCCL communicator was aborted.*"),
+        "NCCL collectives across the ranks",
+        "a collective timed out across ranks: check that every node reaches the others on NCCL_SOCKET_IFNAME / "
+        "NCCL_IB_HCA and runs the same NCCL and vLLM, and whether a rank died first (its own log)",
+        cause=ENVIRONMENT,
+    ),
+    Signature(
+        "nccl_error",
+        _rx(r"NCCL error(?: in: [^,]*,|:) (?:internal error|invalid usage|remote process exited|invalid argument|"
+            r"unhandled cuda error).*|nccl(?:InternalError|InvalidUsage|RemoteError|InvalidArgument|UnhandledCudaError)\b.*"),
+        "NCCL communicator",
+        "NCCL could not create or run its communicator: NCCL_DEBUG=INFO names the step; check NCCL_SOCKET_IFNAME / "
+        "NCCL_IB_HCA, the same NCCL on every rank, and which GPUs each worker sees",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "nccl_liveness",
         _rx(r"RPC call to sample_tokens timed out.*"),
         "distributed liveness",
         "NCCL >= 2.30.x; check every rank got the same flags",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "nccl_liveness",
@@ -241,6 +323,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "distributed liveness",
         "benign while compiling; a hang otherwise: NCCL >= 2.30.x, same flags on every rank",
         weak=True,
+        cause=ENVIRONMENT,
     ),
     # ---------------------------------------------------------------- memory (depends on every knob: no prune)
     Signature(
@@ -250,6 +333,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "fits in memory",
         "lower gpu_memory_utilization, max_model_len or max_num_seqs; on unified memory reboot before retrying",
         implicates=("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens"),
+        cause=LIMITS,
     ),
     Signature(
         "kv_cache_memory",
@@ -258,6 +342,50 @@ SIGNATURES: tuple[Signature, ...] = (
         "room for the KV cache",
         "raise gpu_memory_utilization or lower max_model_len (the error gives the largest length that fits)",
         implicates=("gpu_memory_utilization", "max_model_len", "kv_cache_dtype"),
+        cause=LIMITS,
+    ),
+    # ---------------------------------------------------------------- speculative decoding, CUDA graphs (vLLM)
+    Signature(
+        "spec_decode_draft_mismatch",
+        _rx(_SPEC_FRAME + _FRAMES_THEN + _WEIGHT_SHAPE + ".*"),
+        "draft (MTP / EAGLE) weights of this checkpoint",
+        "the drafter's weights do not fit this checkpoint's quantization: another spec_method (ngram, a separate "
+        "draft model) or the unquantized checkpoint",
+        implicates=("spec_method", "quantization"),
+        cause=KNOB,
+        engines=VLLM,
+    ),
+    Signature(
+        "spec_decode_token_budget",
+        # VllmConfig refuses a budget its draft slots use up (0.26.0, 0.33.0); the scheduler asserts it at run time
+        _rx(r"max_num_scheduled_tokens is set to -?\d+ based on the speculative decoding settings, which does not "
+            r"allow any tokens to be scheduled.*|(?:" + _failed_assert(r"assert token_budget >= 0").pattern + ")"),
+        "scheduler token budget with speculative tokens",
+        "num_speculative_tokens is too large for the batching: lower draft_k or raise max_num_batched_tokens",
+        implicates=("draft_k", "max_num_batched_tokens", "max_num_seqs"),
+        cause=KNOB,
+        engines=VLLM,
+    ),
+    Signature(
+        "spec_decode_device_assert",
+        _rx(_DEVICE_ASSERT + ".*"),
+        "speculative decoding's attention path at run time",
+        "a device-side assert with speculative decoding on: another spec_method, draft_k or attention_backend",
+        implicates=("spec_method", "draft_k", "attention_backend"),
+        cause=KNOB,
+        engines=VLLM,
+        context=_SPEC_SET,
+    ),
+    Signature(
+        "cudagraph_capture",
+        _rx(r"(?:cudaErrorStreamCapture\w+|operation not permitted when stream is capturing|"
+            r"operation failed due to a previous error during capture|Cannot call \S+ during CUDA graph capture).*"),
+        "CUDA graph capture",
+        "CUDA graph capture fails for this set-up (spec decode or TP >= 2): enforce_eager, or cudagraph_mode "
+        "PIECEWISE / NONE",
+        implicates=("enforce_eager", "cudagraph_mode", "spec_method", "tensor_parallel_size", "quantization"),
+        cause=KNOB,
+        engines=VLLM,
     ),
     # ---------------------------------------------------------------- attention backend x KV dtype (vLLM)
     Signature(
@@ -267,7 +395,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "KV cache dtype for this attention backend",
         "skip this backend x KV dtype (TRITON_ATTN + fp8_e5m2 on vLLM 0.26.0 and 0.33.0): use fp8 / fp8_e4m3",
         implicates=("attention_backend", "kv_cache_dtype"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -276,7 +404,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "nvfp4 KV cache",
         "no backend takes nvfp4 KV here: use fp8 KV",
         implicates=("kv_cache_dtype",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -285,7 +413,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "nvfp4 KV cache",
         "nvfp4 KV needs sm100f (B200 class): use fp8 KV",
         implicates=("kv_cache_dtype",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -294,7 +422,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "nvfp4 KV cache with MLA",
         "MLA models cannot use nvfp4 KV: use fp8 / fp8_ds_mla",
         implicates=("kv_cache_dtype",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -303,7 +431,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "attention backend on this GPU arch",
         "this backend does not run on this compute capability: let vLLM choose, or TRITON_ATTN",
         implicates=("attention_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -312,7 +440,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "KV cache dtype for this attention backend",
         "this backend rejects the KV dtype (e.g. FLASH_ATTN + fp8 on SM12x): FLASHINFER or TRITON_ATTN",
         implicates=("attention_backend", "kv_cache_dtype"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -321,7 +449,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "block size for this attention backend",
         "leave --block-size to the backend",
         implicates=("attention_backend", "block_size"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -330,7 +458,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "attention backend for this model",
         "the backend cannot serve this model's attention (head size, sinks, MLA): let vLLM choose",
         implicates=("attention_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -346,7 +474,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "attention sinks in this backend",
         "sinks need TRTLLM / FA3 / FA4: use TRITON_ATTN on SM12x",
         implicates=("attention_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -356,16 +484,30 @@ SIGNATURES: tuple[Signature, ...] = (
         "FlashInfer refuses sliding-window layers on SM90 (flashinfer#3578): TRITON_ATTN or FLASH_ATTN; "
         "with the backend left to vLLM, avoid the KV dtype that makes it pick FlashInfer",
         implicates=("attention_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
         "kv_dtype_arch_gated",
-        _rx(r"fp8e4nv data type is not supported on CUDA arch < 89.*|type fp8e4nv not supported in this architecture.*"),
+        # Triton's old assert (an fp8 KV cache in vLLM's Triton attention), or its newer wording below an attention frame
+        _rx(r"fp8e4nv data type is not supported on CUDA arch < 89.*|"
+            + _ATTENTION_FRAME + _FRAMES_THEN + r"type fp8e4nv not supported in this architecture.*"),
         "fp8 (e4m3) KV cache in Triton kernels on this GPU",
         "Triton has no e4m3 lowering before sm_89: fp8_e5m2 / bf16 KV on this GPU",
         implicates=("kv_cache_dtype",),
-        prunes=True,
+        cause=KNOB,
+        engines=VLLM,
+    ),
+    Signature(
+        "quantization_arch_gated",
+        # below no attention frame: vLLM refuses an fp8 KV cache on such a GPU with its own message first,
+        # so Triton's is the FP8 (block-scaled) weight GEMM's
+        _rx(r"type fp8e4nv not supported in this architecture.*"),
+        "FP8 (e4m3) weight kernel in Triton on this GPU",
+        "Triton cannot compile the FP8 block-scaled weight GEMM for this GPU: another quantization, or a non-Triton "
+        "FP8 kernel",
+        implicates=("quantization",),
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -381,7 +523,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "FlashInfer prefill with this KV dtype",
         "FlashInfer hd256 + fp8 KV on SM121: TRITON_ATTN or bf16 KV",
         implicates=("attention_backend", "kv_cache_dtype"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -390,7 +532,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "trtllm-gen attention on this GPU",
         "trtllm-gen FMHA is SM100 only: another backend / KV dtype",
         implicates=("attention_backend", "kv_cache_dtype"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     # ---------------------------------------------------------------- MoE / GEMM kernels (vLLM)
@@ -400,7 +542,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "MoE backend for this quantization",
         "pick one of the backends the error lists",
         implicates=("moe_backend", "quantization"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -409,7 +551,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "any MoE backend for this quantization",
         "no MoE kernel fits: another quantization or moe_backend",
         implicates=("quantization", "moe_backend"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -418,7 +560,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "TMA gather/scatter in a Triton kernel",
         "prune the triton MXFP4 MoE backend on this arch: marlin",
         implicates=("moe_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -427,7 +569,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "kernel on this GPU (trtllm / deep_gemm)",
         "device-gated kernel: another moe_backend",
         implicates=("moe_backend",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -436,7 +578,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "CUTLASS kernel on this GPU arch",
         "the image's kernel traps on this arch: mark image x kernel broken, use another quantization kernel",
         implicates=("quantization", "moe_backend"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -445,7 +587,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "CUTLASS NVFP4 GEMM",
         "VLLM_NVFP4_GEMM_BACKEND=marlin or flashinfer-cutlass",
         implicates=("quantization",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -454,7 +596,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "CUTLASS FP8 (block) GEMM",
         "VLLM_DISABLED_KERNELS=CutlassFp8BlockScaledMMKernel (falls back to Triton)",
         implicates=("quantization",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -463,7 +605,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "CUTLASS scaled_mm for this arch in this build",
         "image problem: a build with kernels for this compute capability; until then skip this quantization",
         implicates=("quantization",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -471,6 +613,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _rx(r"no kernel image is available for execution on the device.*|cudaErrorNoKernelImageForDevice.*"),
         "kernels (SASS/PTX) for this GPU in this build",
         "image problem: the wheel lacks SASS/PTX for this compute capability",
+        cause=ENVIRONMENT,
     ),
     Signature(
         "cudnn_sm100_path",
@@ -478,7 +621,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuDNN FP8 GEMM path",
         "an SM100 cuDNN path reached on SM12x: another quantization kernel",
         implicates=("quantization",),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
@@ -493,12 +636,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "KV page sizes of drafter and target",
         "this drafter x KV dtype cannot share pages: another spec method or KV dtype",
         implicates=("spec_method", "kv_cache_dtype"),
-        prunes=True,
+        cause=KNOB,
         engines=VLLM,
     ),
     Signature(
         "device_fault",
-        _rx(r"(?:cudaErrorLaunchFailure|unspecified launch failure|illegal memory access was encountered).*"),
+        _rx(r"(?:cudaErrorLaunchFailure|unspecified launch failure|illegal memory access was encountered).*|"
+            + _DEVICE_ASSERT + ".*"),
         "kernels run without a device fault",
         "a device-side trap: the CUDA context is poisoned; find the kernel (CUDA_LAUNCH_BLOCKING=1)",
     ),
@@ -516,7 +660,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "quantized V cache without flash attention",
         "a quantized type_v needs flash_attn on: turn flash attention on or keep type_v=f16",
         implicates=("type_v", "flash_attn"),
-        prunes=True,
+        cause=KNOB,
         engines=LLAMACPP,
         covers=(Covers("type_v", LLAMACPP_QUANTIZED_KV, "every quantized type_v"),),
     ),
@@ -527,6 +671,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "lower n_ctx or use a smaller KV cache type (q8_0 with flash_attn on)",
         implicates=("n_ctx", "type_k", "type_v", "n_batch", "n_ubatch"),
         engines=LLAMACPP,
+        cause=LIMITS,
     ),
     Signature(
         "model_file_missing",
@@ -534,6 +679,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "model file present",
         "check the model path (for the PyPI model package: run its assemble() first)",
         engines=LLAMACPP,
+        cause=ENVIRONMENT,
     ),
     Signature(
         "model_file_invalid",
@@ -542,6 +688,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "a valid GGUF model file",
         "the file is not a complete GGUF: re-create it (assemble(overwrite=True))",
         engines=LLAMACPP,
+        cause=ENVIRONMENT,
     ),
     Signature(
         "context_creation_failed",
@@ -574,6 +721,50 @@ _TRACEBACK = "Traceback (most recent call last):"
 # vLLM's shutdown path names the signal it was sent (0.26: "[shutdown] EngineCore: trigger received signal=SIGTERM")
 _STOP_SIGNAL_RE = re.compile(r"\[shutdown\].*received signal=SIG(TERM|INT)\b")
 _FRAME_RE = re.compile(r'^File "[^"]*", line \d+')
+# a log level on the raw line: vLLM's "INFO 12-02 10:00:00", uvicorn's "INFO:"
+_LEVEL = r"(?:^|[)\]]\s*)(?:{})(?: \d\d-\d\d \d\d:\d\d:\d\d|:\s)"
+_QUIET_RE = re.compile(_LEVEL.format("DEBUG|INFO|WARNING|WARN"))
+_ERROR_LEVEL_RE = re.compile(_LEVEL.format("ERROR|CRITICAL"))
+_PYDANTIC_VALUE_ERROR = "Value error, "
+_PYDANTIC_HEADLINE_RE = re.compile(r"ValidationError: \d+ validation errors? for")
+# a failure without an exception line: a traceback cut before its exception, pydantic's validation lines,
+# CUDA, NCCL, a fatal signal, a non-zero exit
+_FAILURE_LINE_RE = re.compile(
+    r"^(?:Traceback \(most recent call last\):|Value error, .+|Input should be .+|"
+    r"For further information visit https://errors\.pydantic\.dev/.*|CUDA error: .+|.*\bcudaError\w+.*|NCCL error.*|Fatal Python error: .+|Segmentation fault.*|"
+    r".*\(core dumped\).*|terminate called after throwing .+|\*\*\* SIG(?!TERM\b|INT\b)\w+ received.*|Killed|"
+    r"Aborted(?: \(core dumped\))?|.*\breturned non-zero exit status [1-9]\d*.*|"
+    r".*\bexit(?:ed with)? (?:code|status) [1-9]\d*\b.*)$"
+)
+
+#: the classes of the rows generated from vLLM's source (autotune/engines/refusals.py): cause and fix
+REFUSAL_CLASSES: dict[str, tuple[FailureCause, str]] = {
+    "spec_decode_unsupported": (KNOB, "vLLM refuses this speculative decoding set-up: another spec_method or draft_k, "
+                                      "as the message says"),
+    "max_model_len_rejected": (KNOB, "lower max_model_len to what the message allows (the model's config.json limit)"),
+    "kv_dtype_unsupported": (KNOB, "vLLM refuses this KV cache dtype here: another kv_cache_dtype, as the message says"),
+    "quantization_unsupported": (KNOB, "vLLM refuses this quantization here: another quantization or kernel, as the "
+                                       "message says"),
+    "backend_unsupported_config": (KNOB, "vLLM refuses this attention backend for this model or set-up: let vLLM "
+                                         "choose, or another attention_backend"),
+    "parallel_config_rejected": (KNOB, "vLLM refuses this parallel layout: another tensor_parallel_size or "
+                                       "pipeline_parallel_size, as the message says"),
+    "config_rejected": (KNOB, "vLLM refuses this value: change the knob the message names"),
+    "missing_dependency": (ENVIRONMENT, "install or update the package the message names"),
+}
+
+
+@cache
+def refusal_signatures() -> tuple[Signature, ...]:
+    """The rows generated from vLLM's source as signatures (vLLM only), newest version first."""
+    out = []
+    for row in refusals():
+        if row.failure_class not in REFUSAL_CLASSES:
+            raise ValueError(f"the refusal table names class {row.failure_class!r}, which REFUSAL_CLASSES lacks")
+        cause, fix = REFUSAL_CLASSES[row.failure_class]
+        out.append(Signature(row.failure_class, row.regex(), f"what vLLM {row.version} checks in {row.file}", fix,
+                             implicates=row.knobs if cause is KNOB else (), cause=cause, engines=VLLM))
+    return tuple(out)
 
 
 def signature_table() -> list[dict[str, object]]:
@@ -584,7 +775,7 @@ def signature_table() -> list[dict[str, object]]:
             "pattern": s.pattern.pattern,
             "feature": s.feature,
             "implicates": list(s.implicates),
-            "prunes": s.prunes,
+            "cause": s.cause.value,
             "engines": sorted(s.engines) if s.engines else ["all"],
             "fix": s.fix,
             "knob_from_flag": s.knob_from_flag,
@@ -595,8 +786,8 @@ def signature_table() -> list[dict[str, object]]:
 
 
 def signatures_for(failure_class: str) -> list[Signature]:
-    """Every row of one class (a class can have several patterns)."""
-    return [s for s in SIGNATURES if s.failure_class == failure_class]
+    """Every row of one class (a class can have several patterns), hand-written and generated."""
+    return [s for s in (*SIGNATURES, *refusal_signatures()) if s.failure_class == failure_class]
 
 
 def covers_for(failure_class: str, engine: str | None) -> tuple[Covers, ...]:
@@ -605,10 +796,10 @@ def covers_for(failure_class: str, engine: str | None) -> tuple[Covers, ...]:
 
 
 def classify(log_text: str, engine: str | None = None) -> FailureInfo | None:
-    """The earliest failure this log shows, or None when no row (and no traceback) matches.
+    """The earliest failure this log shows; None only when it shows none (see the module doc).
 
-    Call it on the log of something that failed: the traceback fallback treats any Python
-    traceback as a crash, and a healthy run may print one for a handled error.
+    Call it on the log of something that failed: a healthy run may print a traceback or an
+    `ERROR` line for a handled error, and that reads as a crash.
     """
     raw_lines = log_text.splitlines()
     if not raw_lines:
@@ -624,16 +815,22 @@ def classify(log_text: str, engine: str | None = None) -> FailureInfo | None:
         if not sig.applies_to(engine):
             continue
         match = sig.pattern.search(text)
-        if match is None:
+        if match is None or (sig.context is not None and sig.context.search(text) is None):
             continue
         line_no = bisect.bisect_right(starts, match.start()) - 1
         rank = (int(sig.weak), line_no, order)
         if best is None or rank < best[:3]:
             best = (*rank, sig, match)
+    refused = _refusal(lines, starts, text, engine)
+    if refused is not None:
+        line_no, sig, match = refused
+        rank = (0, line_no, len(SIGNATURES))  # after the hand-written rows on the same line
+        if best is None or rank < best[:3]:
+            best = (*rank, sig, match)
     if best is not None:
         _, _, _, sig, match = best
         return _failure(sig, match, raw_lines, lines, starts)
-    return _traceback_fallback(raw_lines, lines)
+    return _unexplained(raw_lines, lines)
 
 
 def classify_file(path: str | Path, engine: str | None = None) -> FailureInfo | None:
@@ -668,8 +865,9 @@ def _failure(
         feature=feature,
         message=_one_line(f"{sig.failure_class}: {headline}", _MESSAGE_CHARS),
         evidence=_evidence(raw_lines, shown),
-        implicates=implicates if sig.prunes else [],
+        implicates=implicates if sig.cause is KNOB else [],
         fix=sig.fix,
+        cause=sig.cause,
     )
 
 
@@ -709,26 +907,52 @@ def _informative(line: str) -> bool:
     return sum(ch.isalnum() for ch in _PREFIX_RE.sub("", line, count=1)) >= 3
 
 
-def _traceback_fallback(raw_lines: list[str], lines: list[str]) -> FailureInfo | None:
+def _refusal(lines: list[str], starts: list[int], text: str,
+             engine: str | None) -> tuple[int, Signature, re.Match[str]] | None:
+    """The first exception line that a row generated from vLLM's source matches."""
+    if engine not in (None, "vllm"):
+        return None
+    rows = refusal_signatures()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not (_EXCEPTION_RE.match(stripped) or stripped.startswith(_PYDANTIC_VALUE_ERROR)):
+            continue
+        for sig in rows:
+            match = sig.pattern.search(text, starts[i], starts[i] + len(line))
+            if match is not None:
+                return i, sig, match
+    return None
+
+
+def _unexplained(raw_lines: list[str], lines: list[str]) -> FailureInfo | None:
+    """`unclassified_crash` for a log that fails in a way no row names, quoting the decisive line;
+    None when nothing in it fails."""
     # a traceback printed while the engine shuts down on a signal that was sent to it (autotune
     # stopping a server) is teardown noise, not the crash: only what came before counts
     stop = next((i for i, line in enumerate(lines) if _STOP_SIGNAL_RE.search(line)), len(lines))
     lines = lines[:stop]
-    if not any(_TRACEBACK in line or _RAY_WRAPPER_RE.match(line.strip()) for line in lines):
-        return None  # a crash report: a Python traceback, or Ray's error carrying a remote one
-    hits = [i for i, line in enumerate(lines) if _EXCEPTION_RE.match(line.strip())]
-    if not hits:
-        return None
-    root, outer = _unwrapped(lines, hits[0]), hits[-1]
+    loud = [i for i in range(len(lines)) if not _QUIET_RE.search(raw_lines[i])]
+    hits = [i for i in loud if _EXCEPTION_RE.match(lines[i].strip())]
+    if not hits:  # no exception: the engine's ERROR line, a CUDA error, a signal, an exit code
+        hits = [i for i in loud if _ERROR_LEVEL_RE.search(raw_lines[i]) and _informative(raw_lines[i])
+                or _FAILURE_LINE_RE.match(lines[i].strip())]
+        if not hits:
+            return None
+        root, outer = hits[0], hits[-1]
+    else:
+        root, outer = _unwrapped(lines, hits[0]), hits[-1]
     headline = lines[root].strip()
     evidence = [_one_line(raw_lines[root].strip(), _EVIDENCE_LINE_CHARS)]
-    if lines[hits[0]].strip().startswith(_DYNAMO_UNSUPPORTED):
-        source = _user_code_line(raw_lines, hits[0])
-        if source is not None:
-            headline += f" | {_PREFIX_RE.sub('', raw_lines[source], count=1).strip()}"
-            evidence.append(_one_line(raw_lines[source].strip(), _EVIDENCE_LINE_CHARS))
-    if outer != root:
+    detail = _detail(raw_lines, lines, root)
+    if detail is not None:
+        headline += f" | {_PREFIX_RE.sub('', raw_lines[detail], count=1).strip()}"
+        evidence.append(_one_line(raw_lines[detail].strip(), _EVIDENCE_LINE_CHARS))
+    if outer != root and outer != detail:
         evidence.append(_one_line(raw_lines[outer].strip(), _EVIDENCE_LINE_CHARS))
+    if lines[outer].strip() == _TRACEBACK:  # cut before its exception: where it was cut
+        last = next((i for i in range(len(lines) - 1, outer, -1) if _informative(raw_lines[i])), None)
+        if last is not None:
+            evidence.append(_one_line(raw_lines[last].strip(), _EVIDENCE_LINE_CHARS))
     return FailureInfo(
         failure_class=UNCLASSIFIED,
         feature=None,
@@ -736,7 +960,20 @@ def _traceback_fallback(raw_lines: list[str], lines: list[str]) -> FailureInfo |
         evidence=evidence,
         implicates=[],
         fix="no known signature: read the evidence, then add a row to autotune/engines/signatures.py",
+        cause=FailureCause.UNEXPLAINED,
     )
+
+
+def _detail(raw_lines: list[str], lines: list[str], root: int) -> int | None:
+    """The line that says what a wrapper exception means: the user code's line under Dynamo's
+    `Unsupported`, the field's line under pydantic's `ValidationError`."""
+    headline = lines[root].strip()
+    if headline.startswith(_DYNAMO_UNSUPPORTED):
+        return _user_code_line(raw_lines, root)
+    if _PYDANTIC_HEADLINE_RE.search(headline):
+        return next((i for i in range(root + 1, min(len(lines), root + 4))
+                     if lines[i].strip().startswith(_PYDANTIC_VALUE_ERROR)), None)
+    return None
 
 
 def _unwrapped(lines: list[str], first_hit: int) -> int:

@@ -7,8 +7,11 @@
   instead: the selected value fails when asked for explicitly too, and "left to the engine" fails
   only together with the knobs that steer that selection (a KV dtype makes vLLM pick FlashInfer),
   not always.
-- A failure no signature explains (no implicated knobs, not the environment): isolate the knob
-  values that broke (autotune/failures/isolation.py) and learn those, with the evidence and the cost.
+- A failure no signature explains (`FailureCause.UNEXPLAINED`): isolate the knob values that broke
+  (autotune/failures/isolation.py) and learn those, with the evidence and the cost.
+- Nothing from an ENVIRONMENT failure (the host, a package, the driver, NCCL, the image: no knob
+  value explains it, so none is learned and nothing is isolated; the study decides whether to stop
+  or retry) and nothing from LIMITS (memory, time, load, the study's settings: the knobs together).
 
 Isolation records live in their own table, `isolations` (own migration set, so this module's
 schema evolves apart from autotune/store/migrations.py's).
@@ -22,7 +25,9 @@ import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 from autotune.failures.isolation import Isolation, isolate, smoke_launch
-from autotune.models import Candidate, EnvironmentFailure, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now
+from autotune.models import (
+    Candidate, EnvironmentFailure, FailureCause, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now,
+)
 from autotune.engines.signatures import covers_for
 from autotune.models import LearnedFailure
 from autotune.store import ENVIRONMENT, Store
@@ -33,18 +38,6 @@ SELECTION_INPUTS: dict[str, tuple[str, ...]] = {
     "attention_backend": ("kv_cache_dtype", "block_size"),
     "moe_backend": ("quantization",),
 }
-#: failures that say nothing about a knob value: never isolated
-NOT_ISOLATED = frozenset({
-    "startup_timeout", "missing_dependency", "stale_env", "triton_too_old", "flashinfer_jit_arch",
-    "build_target_mismatch", "nccl_system_error", "nccl_liveness", "no_kernel_image", "probe_timeout",
-    "oom", "kv_cache_memory",
-    "serving_failed",  # the engine stayed up and a measured request failed: load, not a knob value
-    "configuration_error",  # the study's own settings (e.g. its needle test) do not fit: no knob broke
-    "host_memory",  # the watchdog stopped it: memory, which depends on every knob
-    "engine_stalled",  # health answers, no token comes back: a hang (NCCL, a wedged engine), not a knob value
-    "slo_unmet",  # served, but no concurrency met the latency target: speed, not a broken value
-})
-
 MIGRATIONS = Migrations("autotune-learning")
 
 
@@ -88,6 +81,19 @@ def shared_failure(trials: list[TrialResult], baseline: Candidate) -> list[Trial
     if not any(t.candidate.key() != base.candidate.key() for t in same):
         return []
     return sorted(same, key=lambda t: (t.number != base.number, t.number))
+
+
+def environment_failed(trials: list[TrialResult], result: TrialResult, baseline: Candidate) -> list[TrialResult]:
+    """The trials to stop the study on after `result`: those every candidate shared with the
+    baseline (`shared_failure`), or `result` alone when its signature blames the environment; []
+    when the study goes on."""
+    shared = shared_failure(trials, baseline)
+    if shared:
+        return shared
+    failure = result.failure
+    if result.status == "failed" and failure is not None and failure.cause is FailureCause.ENVIRONMENT:
+        return [result]
+    return []
 
 
 def as_environment(trial: TrialResult, fix: str | None) -> TrialResult:
@@ -171,7 +177,7 @@ def learn_from_failure(
 ) -> bool:
     """Store what `result` (a failed trial) teaches; True when a learned failure was added."""
     failure = result.failure
-    if result.status != "failed" or failure is None:
+    if result.status != "failed" or failure is None or failure.cause is FailureCause.ENVIRONMENT:
         return False
     engine = ctx.space.engine
     if failure.implicates:
@@ -180,8 +186,8 @@ def learn_from_failure(
             for sibling, note in covered(failure, values, ctx.space):
                 _learn(store, host_key, engine, failure, result, sibling, [*failure.evidence, note])
         return True
-    if failure.failure_class in NOT_ISOLATED:
-        return False
+    if failure.cause is not FailureCause.UNEXPLAINED:
+        return False  # limits (memory, time, load), or a row that names its cause but no knob
     knobs = [k.name for k in ctx.space.knobs if k.kind == "arg"]
     events("isolating the knob that broke")
     options = {} if max_launches is None else {"max_launches": max_launches}

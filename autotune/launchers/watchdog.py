@@ -18,7 +18,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.models import FailureInfo, HardwareProfile
+from autotune.models import FailureCause, FailureInfo, HardwareProfile
 
 HOST_MEMORY = "host_memory"  # failure class of a trial the watchdog stopped
 
@@ -121,6 +121,7 @@ class Watchdog(threading.Thread):
             feature="host memory",
             message=f"watchdog stopped the engine: {self.tripped}",
             evidence=evidence,
+            cause=FailureCause.LIMITS,  # memory, which depends on every knob together
         )
 
     def run(self) -> None:

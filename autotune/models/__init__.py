@@ -32,8 +32,8 @@ from autotune.models.energy import (
 )
 from autotune.models.trial import (
     AcceptanceSource, AccuracyFailure, ClassAttempt, ClassIsolation, Confirmation, ConfirmationLaunch,
-    EnvironmentFailure, FailedClass, FailureInfo, LearnedFailure, ResolvedEngine, TrialResult, TrialStatus,
-    VerdictStatus,
+    EnvironmentFailure, FailedClass, FailureCause, FailureInfo, LearnedFailure, ResolvedEngine, TrialResult,
+    TrialStatus, VerdictStatus,
 )
 from autotune.models.host import (
     ChoicesCheck, ChoicesStatus, DeviceIdentity, GpuIdentity, HostFingerprint, LeftOutKnob, ProbeReport,

@@ -16,11 +16,31 @@ from autotune.models.launch import Candidate, LaunchSpec, NcclReading
 from autotune.models.measurement import CapacityReport, GateOutcome, Measurement, NeedleReport, QevalReport
 
 
+class FailureCause(str, Enum):
+    """What a failure blames, and so what a study may learn from it. Every failure class states one:
+    a signature row (autotune/engines/signatures.py) or the code that makes the failure."""
+
+    #: knob values (`FailureInfo.implicates`): learned, and a later candidate holding them is skipped
+    KNOB = "knob"
+    #: the host, an installed package, the driver, the network (NCCL) or the image: no knob value
+    #: explains it, so none is learned; fix it and every candidate may run again
+    ENVIRONMENT = "environment"
+    #: what the trial had to fit in: memory, time, load, the study's own settings. It depends on the
+    #: knobs together, so no single value is learned or isolated
+    LIMITS = "limits"
+    #: nothing names a cause: isolation launches look for the knob value that broke
+    UNEXPLAINED = "unexplained"
+
+
 class FailureInfo(Record):
     """A classified failure. `implicates` names the knobs whose values caused it: a later
-    candidate holding the same values for all of them is skipped without launching."""
+    candidate holding the same values for all of them is skipped without launching. `cause` says
+    what the failure blames; an ENVIRONMENT failure teaches no knob value."""
 
     failure_class: str
+    cause: FailureCause = Field(
+        FailureCause.UNEXPLAINED, description="what it blames: knob values, the environment, limits, or nothing known"
+    )
     feature: str | None = Field(None, description="human name of what failed, e.g. 'nvfp4 KV cache'")
     message: str
     evidence: list[str] = Field(default_factory=list, description="the log lines that show it")
@@ -29,10 +49,11 @@ class FailureInfo(Record):
 
 
 class EnvironmentFailure(Record):
-    """A failure every candidate of a study shared (the baseline and another candidate failed the
-    same way, nothing implicated): its cause is in what they all share (the model, the engine's
-    install, the host), not a knob value. The study stops on it, exits 3, and a resume re-runs
-    those trials, the baseline first."""
+    """A failure no knob explains, that stops a study: every candidate shared it (the baseline and
+    another candidate failed the same way, nothing implicated), or its signature blames the
+    environment (FailureCause.ENVIRONMENT: NCCL, a missing package, the driver). Its cause is in
+    the model, the engine's install or the host, not a knob value. The study stops on it, exits 3,
+    and a resume re-runs those trials, the baseline first."""
 
     failure_class: str
     message: str
@@ -43,8 +64,12 @@ class EnvironmentFailure(Record):
     def describe(self) -> str:
         """One paragraph: what failed, where, the log line, the fix, and how to resume."""
         listed = ", ".join(map(str, self.trials))
-        out = (f"every candidate failed the same way, for a cause no knob explains ({self.failure_class} in "
-               f"trials {listed}): {self.message}")
+        if len(self.trials) > 1:
+            out = (f"every candidate failed the same way, for a cause no knob explains ({self.failure_class} in "
+                   f"trials {listed}): {self.message}")
+        else:
+            out = (f"trial {listed} failed for a cause in the environment, not a knob ({self.failure_class}): "
+                   f"{self.message}")
         if self.evidence and self.evidence not in self.message:
             out += f"; log: {self.evidence}"
         out += f"; fix: {self.fix}" if self.fix else "; fix what the model, the engine's install or the host share"

@@ -18,6 +18,7 @@ from autotune.hardware.profiles import describe, describe_node
 from autotune.models import (
     Candidate,
     DecodeBound,
+    FailureCause,
     FailureInfo,
     LaunchSpec,
     LearnedFailure,
@@ -665,11 +666,23 @@ def parallel_plan(plan: SearchPlan) -> str:
             "through Ray; no two trials share a box")
 
 
+#: what a failure's cause means for a study, as `probe --classify` says it
+CAUSE_TEXT = {
+    FailureCause.KNOB: "knob values: a study skips every later candidate holding them",
+    FailureCause.ENVIRONMENT: "the environment (host, package, driver, NCCL, image): no knob value explains it, "
+                              "so a study learns none; fix it and run again",
+    FailureCause.LIMITS: "memory, time or load: the knobs together, no single value",
+    FailureCause.UNEXPLAINED: "nothing named: a study isolates the knob value with short launches",
+}
+
+
 def print_classification(console: Console, path: Path, found: FailureInfo | None) -> None:
     if found is None:
-        console.print(f"{path}: the log shows no known failure")
+        console.print(f"{path}: the log shows no failure (no traceback, exception, ERROR line, CUDA error, "
+                      "fatal signal or non-zero exit)", markup=False, highlight=False)
         return
     console.print(f"[bold]{found.failure_class}[/]: {found.message}")
+    console.print(f"  blames: {CAUSE_TEXT[found.cause]}")
     if found.feature:
         console.print(f"  feature: {found.feature}")
     if found.implicates:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
-from autotune.models import Candidate, HardwareProfile, ProbeResult, Rule, Scalar, SearchSpace
+from autotune.models import Candidate, FailureCause, HardwareProfile, ProbeResult, Rule, Scalar, SearchSpace
 from autotune.yaml_files import load_yaml_model
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
@@ -106,7 +106,7 @@ def probe_is_evidence(probe: ProbeResult) -> bool:
         return False
     if probe.feature.startswith("selector:") or probe.signature in _EVIDENCE_CLASSES:
         return True
-    return probe.signature is not None and any(s.prunes for s in signatures_for(probe.signature))
+    return probe.signature is not None and any(s.cause is FailureCause.KNOB for s in signatures_for(probe.signature))
 
 
 def probe_blocks(probe: ProbeResult, candidate: Candidate) -> bool:

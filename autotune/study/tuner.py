@@ -37,7 +37,9 @@ from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
 from autotune.launchers import stop_all as stop_engines
 from autotune.launchers.base import free_port
-from autotune.failures.learning import as_environment, environment_of, learn_from_failure, shared_failure
+from autotune.failures.learning import (
+    as_environment, environment_failed, environment_of, learn_from_failure, shared_failure,
+)
 from autotune.models import (
     AccuracyFailure, Candidate, ClassAttempt, Cluster, ClassIsolation, Confirmation, DraftScheduleReport,
     EnvironmentFailure, FailedClass, GatePolicy, Objective, Scalar, SearchSpace, TradeOff, TrialResult,
@@ -592,7 +594,7 @@ class Tuner:
                         raise
                     done = self._finish(study, flight, result, twins.pop(flight.candidate.key(), []))
                     typical = typical_trial_s(done)
-                    shared = shared_failure(done, baseline(space)) if result.status == "failed" else []
+                    shared = environment_failed(done, result, baseline(space)) if result.status == "failed" else []
                     if shared:
                         stopped = stopped or self._environment(shared).describe()
                     if self.parallel > 1 and launches.flights():
@@ -714,7 +716,7 @@ class Tuner:
         """Keep `shared` (failed for a cause every candidate shares) as history, each with the fix the
         engine knows for this host: not measurements, re-run on resume, teaching no knob value."""
         assert shared[0].failure is not None
-        fix = self.ctx.engine.environment_fix(shared[0].failure)
+        fix = self.ctx.engine.environment_fix(shared[0].failure) or shared[0].failure.fix
         for t in shared:
             self.view.save(as_environment(t, fix))
         if self.store.forget_failures(self.ctx.study, [t.number for t in shared]):

@@ -19,7 +19,7 @@ import httpx
 from autotune.bench.client import ChatClient, Messages
 from autotune.engines.signatures import ENGINE_STALLED, ENGINE_STALLED_MARKER
 from autotune.launchers.base import generation_check
-from autotune.models import FailureInfo, ReadyRequest, RequestResult
+from autotune.models import FailureCause, FailureInfo, ReadyRequest, RequestResult
 
 #: the most a generation check after a stalled request waits (a live engine answers one token fast)
 CHECK_TIMEOUT_S = 60.0
@@ -97,4 +97,5 @@ def stalled_failure(evidence: list[str], log_failure: FailureInfo | None, when: 
         message=f"{ENGINE_STALLED}: {evidence[0]}" if evidence else ENGINE_STALLED,
         evidence=shown,
         fix=fix,
+        cause=FailureCause.ENVIRONMENT,  # a hang (NCCL, a wedged engine), not a knob value
     )

@@ -32,6 +32,7 @@ from autotune.models import (
     CapacityReport,
     Candidate,
     Cluster,
+    FailureCause,
     FailureInfo,
     GatePolicy,
     LaunchSpec,
@@ -114,6 +115,15 @@ def from_log(engine: Engine, log_text: str) -> dict[str, Any]:
     return {"selected": engine.selected(log_text), "resolved": engine.resolved(log_text)}
 
 
+#: the failures a launch ends with when its log names none, and what each blames
+FALLBACK_CAUSES: dict[str, FailureCause] = {
+    "startup_timeout": FailureCause.LIMITS,  # the start-up time-out: a slow start, not a broken value
+    "serving_failed": FailureCause.LIMITS,  # the engine stayed up and a request failed: load, not a knob value
+    "startup_crash": FailureCause.UNEXPLAINED,
+    "crash_during_run": FailureCause.UNEXPLAINED,
+}
+
+
 def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
     found = engine.classify(log_text)
     if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":
@@ -121,11 +131,12 @@ def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message
         root = found.message.removeprefix(f"{UNCLASSIFIED}: ")
         return found.model_copy(update={
             "failure_class": fallback_class, "message": f"{fallback_class}: {root}", "evidence": [message, *found.evidence],
+            "cause": FALLBACK_CAUSES[fallback_class],
         })
     if found is not None:
         return found
     last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
-    return FailureInfo(failure_class=fallback_class, message=message, evidence=last)
+    return FailureInfo(failure_class=fallback_class, message=message, evidence=last, cause=FALLBACK_CAUSES[fallback_class])
 
 
 def log_cause(engine: Engine, log_text: str) -> FailureInfo | None:
@@ -329,7 +340,7 @@ def run_trial(
         if problem:
             raise ConfigError(f"the {ctx.launcher} launcher cannot run this launch: {problem}")
     except ConfigError as exc:  # this candidate cannot be launched here: the trial fails, not the study
-        failure = FailureInfo(failure_class="configuration_error", message=str(exc))
+        failure = FailureInfo(failure_class="configuration_error", message=str(exc), cause=FailureCause.LIMITS)
         return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
                            reason=f"configuration_error: {exc}", failure=failure, started_at=started,
                            duration_s=time.monotonic() - t0)
@@ -370,7 +381,7 @@ def run_trial(
                 measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse,
                                                 launch.ready, meter))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
-                failure = FailureInfo(failure_class="configuration_error", message=str(exc))
+                failure = FailureInfo(failure_class="configuration_error", message=str(exc), cause=FailureCause.LIMITS)
                 return TrialResult(
                     status="failed", reason=f"configuration_error: {exc}", failure=failure,
                     duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
@@ -385,7 +396,7 @@ def run_trial(
                     **from_log(ctx.engine, log), phase_s=clock.ordered(), energy=meter.record(), **common,
                 )
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
-                failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}")
+                failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}", cause=FailureCause.LIMITS)
                 return TrialResult(
                     status="failed", reason=failure.message, failure=failure, capacity=exc.report,
                     duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),

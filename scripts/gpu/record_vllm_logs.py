@@ -72,6 +72,9 @@ CASES = [
                                           "--max-model-len", "4096")),
     # a compiled start cut long before it is ready: what a trial's start-up time-out sees
     Case("startup_timeout__vllm_compiled_start", SMALL, healthy=True, timeout_s=25.0),
+    # #50, not recorded yet: a max_model_len far above Gemma 3 270M's config.json (refused at argument time)
+    Case("max_model_len_rejected__vllm_above_config",
+         ("--max-model-len", "1000000", "--gpu-memory-utilization", "0.08", "--enforce-eager")),
 ]
 
 
