@@ -468,3 +468,16 @@ def test_a_request_traceback_while_the_server_stays_up_is_a_serving_failure(vers
     # a known row still wins over the fallback, server up or not
     known = read("kv_dtype_rejected_at_forward__vllm_triton_attn_fp8_e5m2.log", version)
     assert failure_from_log(get_engine("vllm"), known, "serving_failed", "x").failure_class == "kv_dtype_rejected_at_forward"
+
+
+def test_a_traceback_without_source_lines_keeps_its_exception() -> None:
+    """Python leaves a frame's source line out where it cannot read the file (a `-c` script, a
+    zipped or compiled module): the exception follows the frame line directly and is the error."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 3, in <module>\n'
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error - please report this issue\n"
+    )
+    assert classify(log).failure_class == "nccl_error"
+    bare = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nRuntimeError: boom\n"
+    assert classify(bare).message == "unclassified_crash: RuntimeError: boom"

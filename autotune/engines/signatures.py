@@ -894,7 +894,10 @@ def _without_traceback_source(lines: Iterable[str]) -> list[str]:
             user_code = True
         elif not stripped or stripped.startswith("Set TORCHDYNAMO_VERBOSE"):
             user_code = False
-        if after_frame and not stripped.startswith("assert") and not user_code:
+        # Python leaves a frame's source line out where it cannot read the file: then the line after
+        # the frame is the next frame or the exception itself, which is kept
+        source = after_frame and not _FRAME_RE.match(stripped) and not _EXCEPTION_RE.match(stripped)
+        if source and not stripped.startswith("assert") and not user_code:
             out.append("")
         else:
             out.append(line)

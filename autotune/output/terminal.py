@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
@@ -681,7 +682,8 @@ def print_classification(console: Console, path: Path, found: FailureInfo | None
         console.print(f"{path}: the log shows no failure (no traceback, exception, ERROR line, CUDA error, "
                       "fatal signal or non-zero exit)", markup=False, highlight=False)
         return
-    console.print(f"[bold]{found.failure_class}[/]: {found.message}")
+    headline = found.message.removeprefix(f"{found.failure_class}: ")
+    console.print(f"[bold]{found.failure_class}[/]: {escape(headline)}")
     console.print(f"  blames: {CAUSE_TEXT[found.cause]}")
     if found.feature:
         console.print(f"  feature: {found.feature}")
