@@ -18,7 +18,9 @@ CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "
 class Published:
     """A model's size as its publisher states it (billions). `active_b` None: a dense model, whose
     decode reads every text weight. `class_size`: the figure is a size class (the name's "14B"),
-    not a count; the count the MANIFEST gives for the config then stands beside it in `counted_b`."""
+    not a count; the count the MANIFEST gives for the config then stands beside it in `counted_b`.
+    `active_class_size`: the same for the active figure (Qwen3-Next's "A3B": 3.56B with the LM head,
+    3.25B without; the Qwen3-30B-A3B card's 3.3B counts both embedding tables)."""
 
     total_b: float
     active_b: float | None
@@ -27,6 +29,7 @@ class Published:
     mtp_b: float | None = None
     class_size: bool = False
     counted_b: float | None = None
+    active_class_size: bool = False  # the active figure is the name's class ("A3B"), not a count
 
 
 PUBLISHED: dict[str, Published] = {
@@ -51,7 +54,8 @@ PUBLISHED: dict[str, Published] = {
     "qwen3-235b-a22b": Published(235, 22, "Qwen3-235B-A22B model card"),
     "qwen3-30b-a3b": Published(30.5, 3.3, "Qwen3-30B-A3B-Instruct-2507 model card"),
     "qwen3-32b": Published(32.8, None, "Qwen3-32B model card"),
-    "qwen3-next-80b-a3b-thinking": Published(80, 3, "Qwen3-Next-80B-A3B-Thinking model card"),
+    "qwen3-next-80b-a3b-thinking": Published(80, 3, "Qwen3-Next-80B-A3B-Thinking model card (80B / 3B: \"A3B\")",
+                                             active_class_size=True),
     "qwen3.5-27b": Published(27, None, "Qwen3.5-27B model card"),
 }
 

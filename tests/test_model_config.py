@@ -27,7 +27,8 @@ def test_the_corpus_is_beside_the_checkout_and_every_config_has_its_published_si
 @pytest.mark.parametrize("name", NAMES)
 def test_counts_match_the_published_sizes(name):
     """Total within 2 % and read per token within 10 % of the published figures; a size class
-    (Phi-4's "14B") within 6 % of the class, and within 2 % of the count the MANIFEST gives."""
+    (Phi-4's "14B") within 6 % of the class, and within 2 % of the count the MANIFEST gives; an
+    active figure that is a class ("A3B") within 20 %."""
     published = PUBLISHED[name]
     params = count_params(load_model_config(CORPUS / name))
     total_b = params.total / 1e9
@@ -37,7 +38,7 @@ def test_counts_match_the_published_sizes(name):
     else:
         assert total_b == pytest.approx(published.total_b, rel=0.02)
     active_b = published.active_b or (published.total_b - (published.vision_b or 0))
-    assert params.active / 1e9 == pytest.approx(active_b, rel=0.1)
+    assert params.active / 1e9 == pytest.approx(active_b, rel=0.2 if published.active_class_size else 0.1)
     if published.vision_b:
         assert params.vision / 1e9 == pytest.approx(published.vision_b, rel=0.02)
     if published.mtp_b:
@@ -57,7 +58,7 @@ def test_the_closed_form_agrees_with_the_meta_count(name):
     assert meta.method is CountMethod.META
     assert closed.total == pytest.approx(meta.total, rel=0.01)
     assert closed.active == pytest.approx(meta.active, rel=0.01)
-    assert closed.vision == pytest.approx(meta.vision, rel=0.05, abs=1e7)
+    assert closed.vision == pytest.approx(meta.vision, rel=0.1, abs=1e7)
     assert closed.mtp == pytest.approx(meta.mtp, rel=0.02)
 
 
@@ -111,9 +112,10 @@ def test_without_transformers_the_json_is_read_with_every_assumption_named(monke
     assert params.method is CountMethod.CLOSED_FORM
     assert params.total / 1e9 == pytest.approx(14.66, rel=0.01)
     with pytest.raises(ConfigError, match="no vocab_size.*install transformers"):
-        load_model_config(CORPUS / "gemma-3-27b-it")
+        count_params(load_model_config(CORPUS / "gemma-3-27b-it"))
     made = new_space(str(model_dir(tmp_path, "qwen3-30b-a3b")), "spark", 1)
-    assert "closed form (torch and transformers are not installed" in made.text
+    assert "closed form from the config's shapes: torch and transformers are not installed" in made.text
+    assert any(w.startswith("note: parameters counted in closed form") for w in made.warnings)
 
 
 def test_a_config_that_is_not_an_llm_is_one_line(tmp_path):

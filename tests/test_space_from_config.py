@@ -158,7 +158,7 @@ def test_space_new_never_writes_over_a_file(capsys, tmp_path):
     [
         ("missing", "autotune downloads nothing"),
         ("no_config", "holds no config.json"),
-        ("not_llm", "config.json has no num_hidden_layers: not the config of a decoder LLM"),
+        ("not_llm", "not the config of a decoder LLM autotune can read"),
         ("exl3", "quant_method 'exl3': autotune does not know its bits per weight"),
         ("too_big", "deepseek-v3 does not fit on 4 x spark even at 4096 tokens"),
         ("heads", "32 attention heads do not split over tensor_parallel_size=3"),
@@ -298,7 +298,7 @@ def test_gemma3_27b_gets_a_space_with_the_defaults_transformers_fills_named(tmp_
     made = new_space(str(model_dir(tmp_path, "gemma-3-27b-it")), "spark", 1)
     assert made.space.model.vocab_size == 262208
     assert made.space.model.kv_layers == 10  # 5 local : 1 global over 62 layers
-    assert "vocab_size: 262208 (not in config.json: transformers' Gemma3TextConfig fills it)" in made.text
+    assert "vocab_size: transformers' Gemma3TextConfig default 262208" in made.text
     assert made.space.model.params_vision_b == pytest.approx(0.417, rel=0.02)
     assert made.space.model.params_total_b == pytest.approx(27.43, rel=0.01)
 
