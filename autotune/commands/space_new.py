@@ -523,7 +523,7 @@ def _gpu_count_note(profile: HardwareProfile, nodes: int, layout: tuple[int, int
     """Where a built-in profile has several GPUs per node: what a host with fewer does instead."""
     if profile.detected_on or profile.gpus_per_node <= 1:
         return None
-    return (f"note: the built-in {profile.name} profile is a node of {profile.gpus_per_node} GPUs per node, so the space "
+    return (f"note: the built-in {profile.name} profile has {profile.gpus_per_node} GPUs per node, so the space "
             f"runs tensor_parallel_size {layout[0]} x pipeline_parallel_size {layout[1]}; on a host with fewer GPUs run "
             "`autotune space new --hardware auto` on that host (it counts its GPUs), or pick the ranks with "
             f"--layout (--layout 1x1: one GPU)")
@@ -600,7 +600,7 @@ def new_space(
         f"config.json: {config.summary()}.",
         *_counted_lines(config, params, ckpt, bits),
         f"Hardware: {describe(profile)}.",
-        *([gpu_note.removeprefix("note: ").capitalize() + "."] if gpu_note else []),
+        *([gpu_note.removeprefix("note: ") + "."] if gpu_note else []),
         f"Memory fit on {profile.name}: {fit_why}.",
         "Choices:",
         *(f"- {line}" for line in [*draft.why, style]),

@@ -302,26 +302,29 @@ def _layers(f: _Fields, n_layers: int, moe: bool, n_kv_heads: int, width: int | 
     blocks = f.get("block_configs")  # Nemotron-NAS (DeciLM): a pruned layout per layer
     if isinstance(blocks, list) and blocks:
         return [_nas_layer(b, f) for b in blocks]
-    pattern = f.get("hybrid_override_pattern")
+    # Nemotron-H as written (transformers turns it into layers_block_type)
+    pattern = f.written.get("hybrid_override_pattern") or f.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern and set(pattern) <= set(PATTERN_LAYERS):
+        return [Layer(*PATTERN_LAYERS[c], kv_heads=n_kv_heads, ffn_width=width or 0) for c in pattern]
     kinds = f.get("layers_block_type")
     if isinstance(kinds, list) and kinds and all(k in BLOCK_TYPES for k in kinds):
         mamba = f.text.get("mamba_num_heads") is not None  # Nemotron-H calls its Mamba layers linear_attention
         return [Layer(Mixer.MAMBA if mamba and BLOCK_TYPES[k][0] is Mixer.LINEAR else BLOCK_TYPES[k][0],
                       BLOCK_TYPES[k][1] or Ffn.NONE, n_kv_heads, width or 0) for k in kinds]
-    if isinstance(pattern, str) and pattern and set(pattern) <= set(PATTERN_LAYERS):
-        return [Layer(*PATTERN_LAYERS[c], kv_heads=n_kv_heads, ffn_width=width or 0) for c in pattern]
     mixers = _mixers(f, n_layers)
     dense = _dense_layers(f, n_layers) if moe else set(range(n_layers))
     return [Layer(mixers[i], Ffn.DENSE if i in dense else Ffn.MOE, n_kv_heads, width or 0) for i in range(n_layers)]
 
 
 def _mixers(f: _Fields, n_layers: int) -> list[Mixer]:
+    """`layer_types` as written, else Qwen3-Next's `full_attention_interval` (every interval-th layer
+    full attention, the rest linear), else `layer_types` as a config class fills it (Gemma 3)."""
+    interval = f.written.get("full_attention_interval")
+    if interval and "layer_types" not in f.written:
+        return [Mixer.ATTENTION if (i + 1) % int(interval) == 0 else Mixer.LINEAR for i in range(n_layers)]
     types = f.get("layer_types")
     if isinstance(types, list) and len(types) == n_layers and all(t in BLOCK_TYPES for t in types):
         return [BLOCK_TYPES[t][0] for t in types]
-    interval = f.get("full_attention_interval")  # Qwen3-Next: every interval-th layer full attention
-    if interval:
-        return [Mixer.ATTENTION if (i + 1) % int(interval) == 0 else Mixer.LINEAR for i in range(n_layers)]
     return [Mixer.ATTENTION] * n_layers
 
 
