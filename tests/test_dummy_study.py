@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPACE = """
 name: fake-dummy
 engine: vllm
-model: {{name: minimax-m2-12l-dummy, path: {shape}, params_total_b: 45.254, params_active_b: 2.512, weight_bits: 16,
+model: {{name: minimax-m2-12l-dummy, path: {shape}, params_total_b: 45.254, params_active_b: 2.511, weight_bits: 16,
         n_layers: 12, n_kv_heads: 8, head_dim: 128, hidden_size: 3072}}
 fixed: {{load_format: dummy, max_model_len: 4096, gpu_memory_utilization: 0.9}}
 knobs:
