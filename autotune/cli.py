@@ -409,6 +409,7 @@ def space_new(
     attainment: Annotated[Optional[float], typer.Option("--attainment", help="capacity: share of requests that must meet the limits (default 0.95)")] = None,
     energy_workload: Annotated[Optional[str], typer.Option("--energy-workload", help="energy, speed-energy: the workload measured, prose, structured or cN (a wave of N streams; added to the workload) (default prose)")] = None,
     energy_weight: Annotated[Optional[float], typer.Option("--energy-weight", help="speed-energy: the tok/J term's weight w, above 0 and below 1; tok/s gets 1 - w (default 0.5)")] = None,
+    layout: Annotated[Optional[str], typer.Option("--layout", help="TPxPP: tensor x pipeline parallel size (e.g. 2x2 for 4 boxes whose TP 4 cannot split the KV heads, 1x1 for one GPU of a multi-GPU profile); default TP over every GPU")] = None,
 ) -> None:
     """Write a search space for your own model from its config.json.
 
@@ -418,7 +419,8 @@ def space_new(
     from autotune.commands.space_new import new_space, objective_of, write_space
 
     made = new_space(model, hardware, nodes, name,
-                     objective_of(objective, ttft_ms, itl_ms, e2e_ms, attainment, energy_workload, energy_weight))
+                     objective_of(objective, ttft_ms, itl_ms, e2e_ms, attainment, energy_workload, energy_weight),
+                     layout)
     write_space(made, output)
     for warning in made.warnings:
         errors.print(warning, markup=False, highlight=False)

@@ -9,9 +9,9 @@ the tests say the same on any machine."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
+import corpus
 import pytest
 
 from autotune.cli import main
@@ -20,7 +20,6 @@ from autotune.hardware.profiles import GIB_IN_GB, resolve_hardware
 from autotune.space.candidates import load_space
 from tests.fakes.gpu_host import H200_TOTAL_BYTES, cpu_host, h200_host
 
-CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 H200_GB = round(H200_TOTAL_BYTES / 1e9, 2)  # 150.11 GB = 139.8 GiB
 
 
@@ -30,11 +29,8 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def model_dir(tmp_path: Path, name: str = "Qwen3-30B-A3B") -> Path:
-    target = tmp_path / name
-    target.mkdir()
-    shutil.copy(CONFIGS / name / "config.json", target / "config.json")
-    return target
+def model_dir(tmp_path: Path, name: str = "qwen3-30b-a3b") -> Path:
+    return corpus.model_dir(tmp_path, name)
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from autotune.model import shapes as ms
+from autotune.model.config import load_model_config
+from autotune.model.params import count_params
 from autotune.planner import check as pc
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
@@ -26,6 +28,7 @@ from autotune.model.files import resolve_model
 from autotune.models import Candidate, LaunchSpec, Measurement, NodeLaunch, TrialResult, Workload
 from autotune.output.recipe import recipe_from_trial
 from autotune.space.candidates import baseline, load_space
+from corpus import CORPUS
 from fakes.scripted_http import Reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +56,9 @@ def test_shape_dir_loads_and_its_counts_match_shape_yaml_and_the_space(name):
     assert ms.is_shape_dir(d)
     info = ms.shape_info(d)
     cfg = ms.read_config(d)
-    total, active = ms.count_params(cfg)
-    assert total / 1e9 == pytest.approx(info.params_total_b, abs=0.001)
-    assert active / 1e9 == pytest.approx(info.params_active_b, abs=0.001)
+    params = count_params(load_model_config(d))  # shape.yaml's counts leave norms and biases out
+    assert params.total / 1e9 == pytest.approx(info.params_total_b, rel=5e-4)
+    assert params.active / 1e9 == pytest.approx(info.params_active_b, rel=5e-4)
     # transformers < 5 marks a real hub config; without it transformers 5 warns "incorrect regex"
     assert cfg["transformers_version"].startswith("4.")
     space = load_space(SPACES[name])
@@ -66,27 +69,16 @@ def test_shape_dir_loads_and_its_counts_match_shape_yaml_and_the_space(name):
     assert space.model.head_dim == cfg["head_dim"]
 
 
-def test_the_public_shapes_count_what_their_publishers_say():
-    # Qwen3-30B-A3B "30.5B total, 3.3B activated" (3.0B without the embedding row counted here),
-    # gpt-oss-20b "21B / 3.6B active", MiniMax-M2 "230B total / 10B active" (full 62 layers)
-    qwen = ms.count_params(ms.read_config(shape_dir("qwen3-30b-a3b")))
-    oss = ms.count_params(ms.read_config(shape_dir("gpt-oss-20b")))
-    full_minimax = {**ms.read_config(shape_dir("minimax-m2-12l")), "num_hidden_layers": 62}
-    assert qwen[0] / 1e9 == pytest.approx(30.5, rel=0.01) and qwen[1] / 1e9 == pytest.approx(3.04, rel=0.01)
-    assert oss[0] / 1e9 == pytest.approx(20.9, rel=0.01) and oss[1] / 1e9 == pytest.approx(3.6, rel=0.01)
-    total, active = ms.count_params(full_minimax)
-    assert total / 1e9 == pytest.approx(229, rel=0.01) and active / 1e9 == pytest.approx(10.4, rel=0.01)
-
-
-def test_a_dense_shape_counts_its_mlp_in_every_layer():
-    # Llama 3.1 "8B" (8.03B) and "70B" (70.6B): a dense MLP is one expert that every token uses
-    eight = ms.count_params(ms.read_config(shape_dir("llama3.1-8b")))
-    full_70b = {**ms.read_config(shape_dir("llama3.1-70b-40l")), "num_hidden_layers": 80}
-    seventy = ms.count_params(full_70b)
-    assert eight[0] / 1e9 == pytest.approx(8.03, rel=0.01)
-    assert seventy[0] / 1e9 == pytest.approx(70.6, rel=0.01)
-    # active: every weight but the embedding table (one row per token is read)
-    assert eight[1] == eight[0] - 128256 * 4096
+@pytest.mark.parametrize(("name", "published"), [("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt-oss-20b", "gpt-oss-20b"),
+                                                 ("minimax-m2-12l", "minimax-m2"),
+                                                 ("llama3.1-70b-40l", "llama-3.1-70b-instruct")])
+def test_a_shape_keeps_every_layer_of_the_published_model(name, published):
+    """A shape cut to fewer layers keeps each layer's full width: its parameters per layer are the
+    published config's (tests/corpus.py), embedding and LM head aside."""
+    shape, full = load_model_config(shape_dir(name)), load_model_config(CORPUS / published)
+    per_layer = [(c.total - c.embedding - c.lm_head) / config.n_layers
+                 for config in (shape, full) for c in [count_params(config)]]
+    assert per_layer[0] == pytest.approx(per_layer[1], rel=1e-3)
 
 
 # ---------------------------------------------------------------- generated tokenizer

@@ -189,7 +189,9 @@ def test_speculative_gain_follows_the_prior_and_moe_verify_cost():
 
 
 def test_moe_verify_reads_more_experts(tmp_path: Path):
-    (tmp_path / "config.json").write_text(json.dumps({"num_local_experts": 64, "num_experts_per_tok": 4}))
+    (tmp_path / "config.json").write_text(json.dumps({  # the space's shape, with its experts
+        "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "num_local_experts": 64, "num_experts_per_tok": 4}))
     moe = dict(name="moe", path=str(tmp_path), params_total_b=100.0, params_active_b=10.0, weight_bits=4,
                n_layers=32, n_kv_heads=8, head_dim=128, hidden_size=4096)
     est = run(vllm_space(moe, max_model_len=8192, spec_method="dspark"), hardware="spark", draft_k=4)

@@ -20,9 +20,10 @@ import pytest
 from rich.console import Console
 
 from autotune import cli
+from corpus import CORPUS
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "data" / "configs" / "Qwen3-30B-A3B"
+FIXTURE = CORPUS / "qwen3-30b-a3b"
 README_MODEL = "~/models/Qwen3-30B-A3B"
 
 

@@ -1,22 +1,22 @@
-"""`autotune space new`: a validated search space from a model's config.json (issue 18).
+"""`autotune space new`: a validated search space from a model's config.json (issues 18, 49).
 
-The config.json fixtures under tests/data/configs/ hold the published architecture fields of four
-real models; the parameter counts are checked against the numbers their publishers state."""
+The configs are the corpus's (tests/corpus.py): real config.json files of published models."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
+from autotune.model.config import load_model_config
+from autotune.model.params import count_params
 from autotune.space.candidates import load_space
-from autotune.commands.space_new import architecture, checkpoint_format, count_params, new_space, read_config
+from autotune.commands.space_new import checkpoint_format, new_space
+from corpus import CORPUS, model_dir
 
-CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 GIB = 1024**3
 
 
@@ -26,50 +26,24 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def model_dir(tmp_path: Path, name: str) -> Path:
-    """A model directory holding only the fixture's config.json, as after `hf download ... config.json`."""
-    target = tmp_path / name
-    target.mkdir()
-    shutil.copy(CONFIGS / name / "config.json", target / "config.json")
-    return target
-
-
 # ------------------------------------------------------------------ facts from config.json
-
-
-@pytest.mark.parametrize(
-    ("name", "total_b", "active_b"),
-    [
-        # publishers' counts: Qwen 30.5B / 3.3B (its 3.3B also counts the input embedding, 0.3B),
-        # Meta 70.6B, OpenAI 116.8B / 5.1B, DeepSeek 671B / 37B
-        ("Qwen3-30B-A3B", 30.5, 3.3),
-        ("Llama-3.3-70B-Instruct", 70.6, 70.6),
-        ("gpt-oss-120b", 116.8, 5.1),
-        ("DeepSeek-V3", 671.0, 37.0),
-    ],
-)
-def test_parameter_counts_match_the_published_ones(name, total_b, active_b):
-    cfg, _ = read_config(str(CONFIGS / name))
-    params = count_params(architecture(cfg))
-    assert params.total / 1e9 == pytest.approx(total_b, rel=0.01)
-    assert params.active / 1e9 == pytest.approx(active_b, rel=0.1)
 
 
 def test_mxfp4_checkpoint_size_matches_the_published_one():
     """gpt-oss-120b: MXFP4 experts, 16-bit attention, router and embeddings = 60.8 GiB on disk."""
-    cfg, _ = read_config(str(CONFIGS / "gpt-oss-120b"))
-    params = count_params(architecture(cfg))
-    ckpt = checkpoint_format(cfg)
+    config = load_model_config(CORPUS / "gpt-oss-120b")
+    params = count_params(config)
+    ckpt = checkpoint_format(config.raw)
     assert ckpt.format == "mxfp4" and "attention" not in ckpt.quantized
     assert params.total * ckpt.weight_bits(params) / 8 / GIB == pytest.approx(60.8, rel=0.01)
 
 
 def test_architecture_reads_moe_mla_sliding_and_mtp():
-    deepseek = architecture(read_config(str(CONFIGS / "DeepSeek-V3"))[0])
+    deepseek = load_model_config(CORPUS / "deepseek-v3")
     assert (deepseek.moe_layers, deepseek.n_experts, deepseek.kv_lora_rank, deepseek.mtp_layers) == (58, 256, 512, 1)
-    oss = architecture(read_config(str(CONFIGS / "gpt-oss-120b"))[0])
+    oss = load_model_config(CORPUS / "gpt-oss-120b")
     assert (oss.sliding_layers, oss.sliding_window, oss.attention_sinks) == (18, 128, True)
-    qwen = architecture(read_config(str(CONFIGS / "Qwen3-30B-A3B") + "/config.json")[0])
+    qwen = load_model_config(CORPUS / "qwen3-30b-a3b" / "config.json")
     assert (qwen.moe_layers, qwen.experts_per_tok, qwen.n_kv_heads, qwen.head_dim) == (48, 8, 4, 128)
 
 
@@ -77,7 +51,7 @@ def test_architecture_reads_moe_mla_sliding_and_mtp():
 
 
 def test_a_moe_bf16_model_on_four_sparks(tmp_path):
-    made = new_space(str(model_dir(tmp_path, "Qwen3-30B-A3B")), "spark", 4)
+    made = new_space(str(model_dir(tmp_path, "qwen3-30b-a3b")), "spark", 4)
     space = made.space
     assert (space.engine, space.hardware, space.nodes, space.launcher) == ("vllm", "spark", 4, "ray")
     assert space.fixed["tensor_parallel_size"] == 4
@@ -92,17 +66,17 @@ def test_a_moe_bf16_model_on_four_sparks(tmp_path):
     assert "moe_backend" not in space.fixed  # bf16 experts: vLLM's own choice
     assert space.env == {"VLLM_ENGINE_READY_TIMEOUT_S": "1800", "NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
     assert space.model.params_total_b == pytest.approx(30.5, rel=0.01)
-    assert space.model.n_kv_heads == 4 and space.model.path == str(tmp_path / "Qwen3-30B-A3B")
+    assert space.model.n_kv_heads == 4 and space.model.path == str(tmp_path / "qwen3-30b-a3b")
 
 
 def test_memory_fit_quantizes_a_dense_70b_that_does_not_fit_one_spark(tmp_path):
-    made = new_space(str(model_dir(tmp_path, "Llama-3.3-70B-Instruct")), "spark", 1)
+    made = new_space(str(model_dir(tmp_path, "llama-3.1-70b-instruct")), "spark", 1)
     one = made.space
     assert one.fixed["quantization"] == "fp8"  # 141 GB of bf16 weights > one Spark
     assert "# - quantization fp8 (fixed)" in made.text and "quantization null/fp8" not in made.text
     assert "quantization" not in {k.name for k in one.knobs}
     assert one.fixed["max_model_len"] < 131072  # the full context does not fit beside the weights
-    four = new_space(str(tmp_path / "Llama-3.3-70B-Instruct"), "spark", 4, name="llama-tp4").space
+    four = new_space(str(tmp_path / "llama-3.1-70b-instruct"), "spark", 4, name="llama-tp4").space
     assert "quantization" not in four.fixed and four.fixed["max_model_len"] == 131072
     assert four.name == "llama-tp4"
 
@@ -117,7 +91,7 @@ def test_an_mxfp4_model_with_attention_sinks(tmp_path):
 
 
 def test_an_mla_model_with_mtp_layers(tmp_path):
-    space = new_space(str(model_dir(tmp_path, "DeepSeek-V3")), "h200", 1).space
+    space = new_space(str(model_dir(tmp_path, "deepseek-v3")), "h200", 1).space
     assert space.name == "deepseek-v3-h200x1"
     knobs = {k.name: k for k in space.knobs}
     assert space.fixed["spec_method"] == "mtp" and knobs["draft_k"].values == [0, 1, 2, 3]
@@ -127,7 +101,7 @@ def test_an_mla_model_with_mtp_layers(tmp_path):
 
 
 def test_hd256_fp8_kv_keeps_flashinfer_out(tmp_path):
-    cfg = json.loads((CONFIGS / "Qwen3-30B-A3B" / "config.json").read_text())
+    cfg = json.loads((CORPUS / "qwen3-30b-a3b" / "config.json").read_text())
     cfg.update({"head_dim": 256, "architectures": ["Qwen3MoeForCausalLM"]})
     target = tmp_path / "hd256"
     target.mkdir()
@@ -140,7 +114,7 @@ def test_hd256_fp8_kv_keeps_flashinfer_out(tmp_path):
 
 
 def test_space_new_writes_a_space_search_accepts(capsys, tmp_path):
-    model = model_dir(tmp_path, "Qwen3-30B-A3B")
+    model = model_dir(tmp_path, "qwen3-30b-a3b")
     out_file = tmp_path / "qwen-spark4.yaml"
     code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "spark", "--nodes", "4",
                          "-o", str(out_file))
@@ -173,7 +147,7 @@ def test_space_new_without_output_prints_the_yaml(capsys, tmp_path):
 def test_space_new_never_writes_over_a_file(capsys, tmp_path):
     existing = tmp_path / "mine.yaml"
     existing.write_text("my own edits\n")
-    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), "-o", str(existing))
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "qwen3-30b-a3b")), "-o", str(existing))
     assert code == 2
     assert "exists: nothing written" in err
     assert existing.read_text() == "my own edits\n"
@@ -184,14 +158,16 @@ def test_space_new_never_writes_over_a_file(capsys, tmp_path):
     [
         ("missing", "autotune downloads nothing"),
         ("no_config", "holds no config.json"),
-        ("not_llm", "config.json has no num_hidden_layers: not the config of a decoder LLM"),
+        ("not_llm", "not the config of a decoder LLM autotune can read"),
         ("exl3", "quant_method 'exl3': autotune does not know its bits per weight"),
-        ("too_big", "DeepSeek-V3 does not fit on 4 x spark even at 4096 tokens"),
+        ("too_big", "deepseek-v3 does not fit on 4 x spark even at 4096 tokens"),
         ("heads", "32 attention heads do not split over tensor_parallel_size=3"),
+        ("heads", "--layout 1x3 (tensor_parallel_size 1 x pipeline_parallel_size 3)"),
+        ("layout", "--layout 3x2 uses 6 GPUs; --nodes 4 x spark has 4"),
     ],
 )
 def test_space_new_bad_input_is_one_line_and_exit_2(capsys, tmp_path, setup, message):
-    nodes = "4"
+    nodes, extra = "4", []
     if setup == "missing":
         model = tmp_path / "nowhere"
     elif setup == "no_config":
@@ -202,17 +178,19 @@ def test_space_new_bad_input_is_one_line_and_exit_2(capsys, tmp_path, setup, mes
         model.mkdir()
         (model / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 768}))
     elif setup == "exl3":
-        model = model_dir(tmp_path, "Qwen3-30B-A3B")
+        model = model_dir(tmp_path, "qwen3-30b-a3b")
         cfg = json.loads((model / "config.json").read_text())
         cfg["quantization_config"] = {"quant_method": "exl3", "bits": 3.0}
         (model / "config.json").write_text(json.dumps(cfg))
     elif setup == "too_big":
-        model = model_dir(tmp_path, "DeepSeek-V3")
+        model = model_dir(tmp_path, "deepseek-v3")
+    elif setup == "layout":
+        model, extra = model_dir(tmp_path, "qwen3-30b-a3b"), ["--layout", "3x2"]
     else:
-        model, nodes = model_dir(tmp_path, "Qwen3-30B-A3B"), "3"
+        model, nodes = model_dir(tmp_path, "qwen3-30b-a3b"), "3"
     out_file = tmp_path / "space.yaml"
     code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "spark", "--nodes", nodes,
-                         "-o", str(out_file))
+                         "-o", str(out_file), *extra)
     assert code == 2
     assert message in err and err.startswith("error:") and len(err.strip().splitlines()) == 1
     assert not out_file.exists()
@@ -220,12 +198,12 @@ def test_space_new_bad_input_is_one_line_and_exit_2(capsys, tmp_path, setup, mes
 
 def test_space_new_refuses_cpu_hardware(tmp_path):
     with pytest.raises(ConfigError, match="vLLM spaces for GPU hardware"):
-        new_space(str(model_dir(tmp_path, "Qwen3-30B-A3B")), "cpu", 1)
+        new_space(str(model_dir(tmp_path, "qwen3-30b-a3b")), "cpu", 1)
 
 
 def test_space_new_offers_the_capacity_objective(capsys, tmp_path):
     """issue 32: `--objective capacity --ttft-ms 2000 --itl-ms 50` writes a capacity_at_slo space."""
-    model = model_dir(tmp_path, "Qwen3-30B-A3B")
+    model = model_dir(tmp_path, "qwen3-30b-a3b")
     out_file = tmp_path / "qwen-capacity.yaml"
     code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h200", "--objective", "capacity",
                          "--ttft-ms", "2000", "--itl-ms", "50", "-o", str(out_file))
@@ -247,7 +225,7 @@ def test_space_new_offers_the_capacity_objective(capsys, tmp_path):
 )
 def test_space_new_refuses_an_incomplete_slo(capsys, tmp_path, args, message):
     out_file = tmp_path / "never.yaml"
-    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), *args,
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "qwen3-30b-a3b")), *args,
                          "-o", str(out_file))
     assert code == 2 and message in err, err
     assert not out_file.exists()
@@ -261,7 +239,7 @@ def test_space_new_offers_the_energy_objectives_and_warns_where_this_host_has_no
     from fakes import nvml as fake_nvml
 
     fake_nvml.no_nvml(monkeypatch)
-    model = model_dir(tmp_path, "Qwen3-30B-A3B")
+    model = model_dir(tmp_path, "qwen3-30b-a3b")
     energy_file = tmp_path / "qwen-energy.yaml"
     code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h200", "--objective", "energy",
                          "--energy-workload", "c8", "-o", str(energy_file))
@@ -287,7 +265,7 @@ def test_space_new_with_gpu_energy_here_says_nothing_more(capsys, tmp_path, monk
     from fakes.nvml import FakeGpu
 
     fake_nvml.install(monkeypatch, [FakeGpu()])
-    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), "--hardware",
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "qwen3-30b-a3b")), "--hardware",
                          "h200", "--objective", "energy", "-o", str(tmp_path / "e.yaml"))
     assert code == 0 and "warning" not in err, err
 
@@ -305,7 +283,76 @@ def test_space_new_with_gpu_energy_here_says_nothing_more(capsys, tmp_path, monk
 )
 def test_space_new_refuses_bad_energy_flags(capsys, tmp_path, args, message):
     out_file = tmp_path / "never.yaml"
-    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "Qwen3-30B-A3B")), "--hardware",
+    code, out, err = run(capsys, "space", "new", "--model", str(model_dir(tmp_path, "qwen3-30b-a3b")), "--hardware",
                          "h200", *args, "-o", str(out_file))
     assert code == 2 and message in " ".join(err.split()), err
     assert not out_file.exists()
+
+
+# ------------------------------------------------------------------ issue 49: every model a Spark owner brings
+
+
+def test_gemma3_27b_gets_a_space_with_the_defaults_transformers_fills_named(tmp_path):
+    """Gemma 3's text_config leaves vocab_size, the sliding-window pattern and tied embeddings to
+    transformers' Gemma3TextConfig; the space says so, and counts the vision tower apart."""
+    made = new_space(str(model_dir(tmp_path, "gemma-3-27b-it")), "spark", 1)
+    assert made.space.model.vocab_size == 262208
+    assert made.space.model.kv_layers == 10  # 5 local : 1 global over 62 layers
+    assert "vocab_size: transformers' Gemma3TextConfig default 262208" in made.text
+    assert made.space.model.params_vision_b == pytest.approx(0.417, rel=0.02)
+    assert made.space.model.params_total_b == pytest.approx(27.43, rel=0.01)
+
+
+def test_llama4_scout_counts_its_shared_experts(tmp_path):
+    """Llama 4 Scout: a shared expert in every MoE layer beside the 16 routed ones (109B / 17B)."""
+    made = new_space(str(model_dir(tmp_path, "llama-4-scout-17b-16e-instruct")), "spark", 4)
+    assert made.space.model.params_total_b == pytest.approx(109, rel=0.02)
+    assert made.space.model.params_active_b == pytest.approx(17, rel=0.1)
+
+
+def test_phi4_on_four_sparks_offers_the_layouts_that_divide(capsys, tmp_path):
+    """10 KV heads do not split over TP 4: the message offers TP 2 x PP 2 and 2 boxes, and
+    --layout 2x2 writes that space."""
+    model = model_dir(tmp_path, "phi-4")
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "spark", "--nodes", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--layout 2x2 (tensor_parallel_size 2 x pipeline_parallel_size 2)" in err
+    assert "--nodes 2" in err
+    space = new_space(str(model), "spark", 4, layout="2x2").space
+    assert (space.fixed["tensor_parallel_size"], space.fixed["pipeline_parallel_size"]) == (2, 2)
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "spark", "--nodes", "4",
+                         "--layout", "2x2", "-o", str(tmp_path / "phi4.yaml"))
+    assert code == 0, err
+    code, out, err = run(capsys, "search", "--space", str(tmp_path / "phi4.yaml"), "--dry-run")
+    assert code == 0, err
+    assert "--tensor-parallel-size 2 --pipeline-parallel-size 2" in out
+
+
+def test_a_multi_gpu_profile_says_how_to_match_the_gpus_you_have(capsys, tmp_path):
+    """The h100 profile is an 8-GPU node: the space runs TP 8, and says that --hardware auto on the
+    host itself (or --layout) gives what one H100 runs."""
+    model = model_dir(tmp_path, "qwen3-30b-a3b")
+    code, out, err = run(capsys, "space", "new", "--model", str(model), "--hardware", "h100", "-o",
+                         str(tmp_path / "h100.yaml"))
+    assert code == 0, err
+    assert "8 GPUs per node" in err and "--hardware auto" in err and "--layout 1x1" in err
+    one = new_space(str(model), "h100", 1, layout="1x1").space
+    assert one.fixed["tensor_parallel_size"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes", "total_b"),
+    [("nemotron-h-56b-base-8k", 1, 56.3), ("nvidia-nemotron-3-nano-30b-a3b-bf16", 1, 31.6),
+     ("llama-3_3-nemotron-super-49b-v1", 1, 49.9), ("qwen3.5-27b", 1, 27.4)],
+)
+def test_hybrid_and_pruned_layers_are_counted_as_they_are(tmp_path, name, nodes, total_b):
+    """Mamba-2, MLP-only, linear-attention and pruned layers are not dense transformer layers."""
+    made = new_space(str(model_dir(tmp_path, name)), "spark", nodes)
+    assert made.space.model.params_total_b == pytest.approx(total_b, rel=0.02)
+
+
+def test_the_header_says_how_each_number_was_counted(tmp_path):
+    text = new_space(str(model_dir(tmp_path, "deepseek-v3")), "h200", 1).text
+    assert "# config.json read by transformers' DeepseekV3Config" in text
+    assert "counted on the meta device" in text
+    assert "MTP layers: 11." in text and "not in the total" in text

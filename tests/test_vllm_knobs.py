@@ -33,7 +33,7 @@ from autotune.space.fingerprint import fingerprint
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
+from corpus import CORPUS as CONFIGS
 SHIPPED_VLLM = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if load_space(str(p)).engine == "vllm")
 
 
@@ -262,7 +262,7 @@ def nvfp4_moe(tmp_path: Path) -> Path:
     """Qwen3-30B-A3B's config.json as a ModelOpt NVFP4 checkpoint (an NVFP4 MoE on one Spark)."""
     target = tmp_path / "Qwen3-30B-A3B-NVFP4"
     target.mkdir()
-    cfg = json.loads((CONFIGS / "Qwen3-30B-A3B" / "config.json").read_text())
+    cfg = json.loads((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
     (target / "config.json").write_text(json.dumps(cfg))
     return target
@@ -300,8 +300,8 @@ def test_space_new_on_026_offers_only_what_026_lists(tmp_path, monkeypatch):
 
 def test_space_new_offers_no_moe_backend_for_a_dense_model_and_none_off_sm12x(tmp_path, monkeypatch):
     use_fake_vllm(tmp_path, monkeypatch, "0.33.0")
-    dense = tmp_path / "Llama-3.3-70B-Instruct"
-    shutil.copytree(CONFIGS / "Llama-3.3-70B-Instruct", dense)
+    dense = tmp_path / "llama-3.1-70b-instruct"
+    shutil.copytree(CONFIGS / "llama-3.1-70b-instruct", dense)
     knobs = knobs_of(new_space(str(dense), "spark", 4))
     assert "moe_backend" not in knobs and "linear_backend" not in knobs  # 16-bit: nothing for b12x to run
     assert "B12X" in knobs["attention_backend"]

@@ -1,12 +1,15 @@
 """`autotune space new`: a search space for your own model, written from its config.json.
 
-Read (a Hugging Face config.json; a multimodal wrapper's `text_config` is merged in): layers,
-hidden size, heads, KV heads, head size, vocabulary, MLP and expert sizes, MLA ranks,
-sliding-window layers, MTP layers, attention sinks and the checkpoint's `quantization_config`.
+Read by the one reader of a checkpoint's config (`autotune.model.config`: transformers' config
+class where it has one, else the JSON with every assumption named) and counted by
+`autotune.model.params` (on the meta device where torch and transformers are installed, else the
+closed form); the checkpoint's `quantization_config` is read here.
 
 Decided, each decision written into the YAML's header with its reason:
-- parameter counts from the shapes (total, and read per token for MoE) and bits per weight from
-  the checkpoint's format: the planner's memory and roofline inputs;
+- parameter counts (total, read per token, vision tower and MTP layers apart), how they were
+  counted, and bits per weight from the checkpoint's format: the planner's memory and roofline inputs;
+- the layout: tensor parallel over every GPU, or `--layout TPxPP`; a TP that cannot split the
+  heads is refused with the layouts (and box counts) that can;
 - the knobs that apply to this architecture on this hardware: KV dtype, attention backend,
   online FP8 for a 16-bit checkpoint, speculative decoding (the model's MTP heads, else n-gram
   lookup), concurrent sequences;
@@ -36,11 +39,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune import __version__
-from autotune.model import config as model_config
 from autotune.errors import ConfigError
 from autotune.hardware.device import detect
-from autotune.hardware.profiles import describe, resolve_hardware, tensor_split_refusal
-from autotune.model.config import config_file, text_fields
+from autotune.hardware.profiles import describe, divisible_layouts, resolve_hardware, tensor_split_refusal
+from autotune.model.config import ModelConfig, config_facts, config_file, load_model_config, text_fields
+from autotune.model.params import CountMethod, ParamCount, count_params, meta_unavailable
 from autotune.engines.vllm import SM12X_BACKENDS, UNVERIFIED, VALUE_FLAGS, VllmEngine
 from autotune.engines.vllm_choices import EngineChoices
 from autotune.engines.vllm_values import refusal
@@ -84,205 +87,6 @@ SM12X_FORMATS: dict[str, dict[str, frozenset[str]]] = {
 }
 
 
-# ---------------------------------------------------------------------- reading config.json
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """The facts of config.json a space needs (sizes in elements, not bytes)."""
-
-    name: str
-    model_type: str
-    n_layers: int
-    hidden_size: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    intermediate_size: int | None
-    tied_embeddings: bool
-    context_max: int | None
-    n_experts: int = 0
-    experts_per_tok: int = 0
-    expert_intermediate: int | None = None
-    shared_intermediate: int = 0  # width of the shared experts of one MoE layer, all together
-    moe_layers: int = 0
-    kv_lora_rank: int | None = None
-    q_lora_rank: int | None = None
-    qk_nope_head_dim: int | None = None
-    qk_rope_head_dim: int | None = None
-    v_head_dim: int | None = None
-    sliding_layers: int = 0
-    sliding_window: int | None = None
-    mtp_layers: int = 0
-    attention_sinks: bool = False
-
-    @property
-    def is_moe(self) -> bool:
-        return self.n_experts > 0
-
-    @property
-    def is_mla(self) -> bool:
-        return bool(self.kv_lora_rank)
-
-    def summary(self) -> str:
-        heads = (
-            f"MLA (KV latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim})"
-            if self.is_mla
-            else f"{self.n_heads} heads / {self.n_kv_heads} KV heads x {self.head_dim}"
-        )
-        parts = [self.name, f"{self.n_layers} layers", f"hidden {self.hidden_size}", heads]
-        if self.is_moe:
-            parts.append(f"{self.n_experts} experts ({self.experts_per_tok} per token) in {self.moe_layers} layers")
-        if self.sliding_layers:
-            parts.append(f"{self.sliding_layers} sliding-window layers ({self.sliding_window} tokens)")
-        if self.mtp_layers:
-            parts.append(f"{self.mtp_layers} MTP layer(s)")
-        if self.attention_sinks:
-            parts.append("attention sinks")
-        parts.append(f"context {self.context_max}" if self.context_max else "context not stated")
-        return ", ".join(parts)
-
-
-def _first(cfg: dict[str, Any], *keys: str) -> Any:
-    return next((cfg[k] for k in keys if cfg.get(k) is not None), None)
-
-
-def read_config(model: str) -> tuple[dict[str, Any], Path]:
-    """config.json of a model directory (or the file itself) and the model directory."""
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ConfigError(
-            f"{model} does not exist; autotune downloads nothing: put the model (or just its config.json) on disk "
-            "first, e.g. `hf download ORG/NAME config.json --local-dir DIR`, and pass --model DIR"
-        )
-    config = config_file(path)
-    if not config.is_file():
-        raise ConfigError(f"{path} holds no config.json (a Hugging Face checkpoint directory has one)")
-    return model_config.read_config(config), config.parent.resolve()
-
-
-def _moe_layer_count(c: dict[str, Any], n_layers: int) -> int:
-    if c.get("decoder_sparse_step") is not None:  # Qwen MoE: every step-th layer, minus mlp_only_layers
-        step = int(c["decoder_sparse_step"]) or 1
-        dense = set(c.get("mlp_only_layers") or [])
-        return sum(1 for i in range(n_layers) if (i + 1) % step == 0 and i not in dense)
-    first_dense = int(c.get("first_k_dense_replace") or 0)  # DeepSeek / GLM: dense first layers
-    freq = int(c.get("moe_layer_freq") or 1)
-    return sum(1 for i in range(first_dense, n_layers) if i % freq == 0)
-
-
-def architecture(cfg: dict[str, Any]) -> Architecture:
-    """The Architecture of a config.json; ConfigError naming the first missing key."""
-    c = text_fields(cfg)
-    required = {
-        "num_hidden_layers": _first(c, "num_hidden_layers", "n_layer", "num_layers"),
-        "hidden_size": _first(c, "hidden_size", "d_model", "n_embd"),
-        "num_attention_heads": _first(c, "num_attention_heads", "n_head"),
-        "vocab_size": c.get("vocab_size"),
-    }
-    missing = [k for k, v in required.items() if v is None]
-    if missing:
-        raise ConfigError(
-            f"config.json has no {missing[0]}: not the config of a decoder LLM autotune can read "
-            f"(it needs {', '.join(required)})"
-        )
-    n_layers, hidden = int(required["num_hidden_layers"]), int(required["hidden_size"])
-    heads = int(required["num_attention_heads"])
-    n_experts = int(_first(c, "num_local_experts", "num_experts", "n_routed_experts") or 0)
-    expert_width = _first(c, "moe_intermediate_size", "intermediate_size") if n_experts else None
-    shared = int(c.get("n_shared_experts") or 0) * int(expert_width or 0) + int(c.get("shared_expert_intermediate_size") or 0)
-    layer_types = c.get("layer_types") if isinstance(c.get("layer_types"), list) else []
-    sliding = sum(1 for t in layer_types if "sliding" in str(t)) if c.get("sliding_window") else 0
-    archs = c.get("architectures") or []
-    return Architecture(
-        name=str(archs[0]) if archs else str(c.get("model_type", "unknown")),
-        model_type=str(c.get("model_type", "")),
-        n_layers=n_layers,
-        hidden_size=hidden,
-        n_heads=heads,
-        n_kv_heads=int(_first(c, "num_key_value_heads", "num_kv_heads") or heads),
-        head_dim=int(c.get("head_dim") or hidden // heads),
-        vocab_size=int(required["vocab_size"]),
-        intermediate_size=c.get("intermediate_size"),
-        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-        context_max=c.get("max_position_embeddings"),
-        n_experts=n_experts,
-        experts_per_tok=int(_first(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0),
-        expert_intermediate=int(expert_width) if expert_width else None,
-        shared_intermediate=shared,
-        moe_layers=_moe_layer_count(c, n_layers) if n_experts else 0,
-        kv_lora_rank=c.get("kv_lora_rank"),
-        q_lora_rank=c.get("q_lora_rank"),
-        qk_nope_head_dim=c.get("qk_nope_head_dim"),
-        qk_rope_head_dim=c.get("qk_rope_head_dim"),
-        v_head_dim=c.get("v_head_dim"),
-        sliding_layers=sliding,
-        sliding_window=c.get("sliding_window") if sliding else None,
-        mtp_layers=int(_first(c, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0),
-        attention_sinks=c.get("model_type") == "gpt_oss",  # learned per-head sinks in every attention layer
-    )
-
-
-# ---------------------------------------------------------------------- counting parameters
-
-
-@dataclass(frozen=True)
-class ParamCount:
-    """Parameters by group, whole model, biases and norms left out. `active_experts` is what one
-    token reads of the routed experts (experts_per_tok of them per MoE layer)."""
-
-    embedding: float
-    lm_head: float
-    attention: float
-    dense_mlp: float
-    experts: float
-    shared: float
-    active_experts: float
-
-    @property
-    def total(self) -> float:
-        return self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts + self.shared
-
-    @property
-    def active(self) -> float:
-        """Read per decoded token: every layer's attention, dense MLP, shared experts and routers, the
-        routed experts it picks, and the output projection (the input embedding is a row lookup)."""
-        head = self.lm_head or self.embedding
-        return self.attention + self.dense_mlp + self.shared + self.active_experts + head
-
-    def group(self, name: str) -> float:
-        return float(getattr(self, name))
-
-
-def count_params(arch: Architecture) -> ParamCount:
-    h = arch.hidden_size
-    if arch.is_mla:
-        nope, rope = arch.qk_nope_head_dim or 0, arch.qk_rope_head_dim or 0
-        v = arch.v_head_dim or arch.head_dim
-        q_width = arch.n_heads * (nope + rope)
-        q = h * arch.q_lora_rank + arch.q_lora_rank * q_width if arch.q_lora_rank else h * q_width
-        kv = h * ((arch.kv_lora_rank or 0) + rope) + (arch.kv_lora_rank or 0) * arch.n_heads * (nope + v)
-        per_layer_attention = q + kv + arch.n_heads * v * h
-    else:
-        d = arch.head_dim
-        per_layer_attention = 2 * h * arch.n_heads * d + 2 * h * arch.n_kv_heads * d
-    dense_layers = arch.n_layers - arch.moe_layers
-    mlp = 3 * h * (arch.intermediate_size or 4 * h)  # gate, up, down
-    expert = 3 * h * (arch.expert_intermediate or 0)
-    per_moe_shared = 3 * h * arch.shared_intermediate + h * arch.n_experts  # shared experts + router
-    embedding = arch.vocab_size * h
-    return ParamCount(
-        embedding=embedding,
-        lm_head=0.0 if arch.tied_embeddings else embedding,
-        attention=arch.n_layers * per_layer_attention,
-        dense_mlp=dense_layers * mlp,
-        experts=arch.moe_layers * arch.n_experts * expert,
-        shared=arch.moe_layers * per_moe_shared,
-        active_experts=arch.moe_layers * arch.experts_per_tok * expert,
-    )
-
-
 # ---------------------------------------------------------------------- the checkpoint's format
 
 
@@ -316,7 +120,8 @@ def _kept_16bit(qc: dict[str, Any]) -> tuple[str, ...]:
 def checkpoint_format(cfg: dict[str, Any]) -> Checkpoint:
     qc = cfg.get("quantization_config")
     if not isinstance(qc, dict) or not qc.get("quant_method"):
-        dtype = str(_first(cfg, "torch_dtype", "dtype") or "bfloat16")
+        written = text_fields(cfg)
+        dtype = str(written.get("torch_dtype") or written.get("dtype") or "bfloat16")
         return Checkpoint(format="fp16" if dtype == "float16" else "bf16", bits=16.0)
     method = str(qc["quant_method"]).lower()
     groups = _kept_16bit(qc)
@@ -452,11 +257,38 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "model"
 
 
-def _check_tp(arch: Architecture, tp: int) -> None:
-    refusal = tensor_split_refusal(arch.n_heads, None if arch.is_mla else arch.n_kv_heads, tp)
-    if refusal:
-        hint = f"; pick --nodes dividing {arch.n_heads}" if arch.n_heads % tp else ""
-        raise ConfigError(refusal + hint)
+def parse_layout(text: str) -> tuple[int, int]:
+    """`--layout TPxPP` (`2x2`) as (tensor_parallel_size, pipeline_parallel_size)."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    tp, pp = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if tp < 1 or pp < 1:
+        raise ConfigError(f"--layout {text!r}: write it as TPxPP, tensor x pipeline parallel size, e.g. 2x2")
+    return tp, pp
+
+
+def choose_layout(config: ModelConfig, profile: HardwareProfile, nodes: int, layout: str | None) -> tuple[int, int]:
+    """(TP, PP): `layout` where it fits the GPUs and splits the heads, else TP over every GPU; a TP
+    that cannot split the heads is refused with the layouts that can, and the box counts whose TP can."""
+    gpus = nodes * max(profile.gpus_per_node, 1)
+    kv_heads = None if config.is_mla else config.n_kv_heads
+    if layout is not None:
+        tp, pp = parse_layout(layout)
+        used_ok = tp * pp == gpus if nodes > 1 else tp * pp <= gpus
+        if not used_ok:
+            raise ConfigError(f"--layout {tp}x{pp} uses {tp * pp} GPUs; --nodes {nodes} x {profile.name} has {gpus}"
+                              + ("" if nodes > 1 else " (at most that many on one node)"))
+    else:
+        tp, pp = gpus, 1
+    refusal = tensor_split_refusal(config.n_heads, kv_heads, tp)
+    if refusal is None:
+        return tp, pp
+    offers = [f"--layout {t}x{p} (tensor_parallel_size {t} x pipeline_parallel_size {p})"
+              for t, p in divisible_layouts(config.n_heads, kv_heads, gpus) if (t, p) != (tp, pp)]
+    fewer = [f"--nodes {n}" for n in range(nodes - 1, 0, -1)
+             if tensor_split_refusal(config.n_heads, kv_heads, n * max(profile.gpus_per_node, 1)) is None]
+    options = [f"on {nodes} x {profile.name}: {', '.join(offers)}"] if offers else []
+    options += [f"fewer boxes, tensor parallel over them: {', '.join(fewer)}"] if fewer else []
+    raise ConfigError(refusal + (f"; layouts that split them {'; or '.join(options)}" if options else ""))
 
 
 def _sm12x(profile: HardwareProfile) -> bool:
@@ -488,7 +320,7 @@ def _performance_mode(draft: _Draft, choices: EngineChoices | None) -> None:
                      "(where_listed: a version without it keeps null)")
 
 
-def _sm12x_backends(draft: _Draft, arch: Architecture, ckpt: Checkpoint, choices: EngineChoices | None) -> None:
+def _sm12x_backends(draft: _Draft, arch: ModelConfig, ckpt: Checkpoint, choices: EngineChoices | None) -> None:
     """b12x MoE backends for an FP4 MoE (beside Marlin, the default) and b12x linear backends for a
     quantized checkpoint, where the installed vLLM lists them."""
     moe = _sm12x_values("moe_backend", ckpt, choices) if arch.is_moe else []
@@ -506,12 +338,17 @@ def _sm12x_backends(draft: _Draft, arch: Architecture, ckpt: Checkpoint, choices
 
 
 def _choose_knobs(
-    draft: _Draft, arch: Architecture, ckpt: Checkpoint, profile: HardwareProfile, nodes: int,
-    choices: EngineChoices | None = None,
+    draft: _Draft, arch: ModelConfig, ckpt: Checkpoint, profile: HardwareProfile, nodes: int,
+    layout: tuple[int, int], chosen: bool, choices: EngineChoices | None = None,
 ) -> None:
-    tp = nodes * max(profile.gpus_per_node, 1)
+    tp, pp = layout
     draft.fixed["tensor_parallel_size"] = tp
-    draft.why.append(f"tensor_parallel_size {tp}: one rank per GPU over {nodes} x {profile.name}")
+    if pp > 1:
+        draft.fixed["pipeline_parallel_size"] = pp
+    if chosen:
+        draft.why.append(f"tensor_parallel_size {tp} x pipeline_parallel_size {pp}: --layout {tp}x{pp}")
+    else:
+        draft.why.append(f"tensor_parallel_size {tp}: one rank per GPU over {nodes} x {profile.name}")
     if profile.unified_memory:
         draft.fixed["gpu_memory_utilization"] = UNIFIED_MEMORY_GMU
         draft.why.append(
@@ -656,13 +493,51 @@ def _yaml(space: SearchSpace, header: list[str]) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in header) + body
 
 
+def _model_dir(model: str) -> Path:
+    """The model directory of `model` (a directory holding config.json, or the file itself)."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"{model} does not exist; autotune downloads nothing: put the model (or just its config.json) on disk "
+            "first, e.g. `hf download ORG/NAME config.json --local-dir DIR`, and pass --model DIR"
+        )
+    config = config_file(path)
+    if not config.is_file():
+        raise ConfigError(f"{path} holds no config.json (a Hugging Face checkpoint directory has one)")
+    return config.parent.resolve()
+
+
+def _counted_lines(config: ModelConfig, params: ParamCount, ckpt: Checkpoint, bits: float) -> list[str]:
+    """The header's account of how the config was read and each number counted."""
+    lines = [f"config.json read by {config.read_by}."]
+    if config.defaults:
+        lines.append("Not in config.json: " + "; ".join(config.defaults) + ".")
+    why = meta_unavailable(config) if params.method is CountMethod.CLOSED_FORM else None
+    lines.append(f"Parameters: {params.describe(why)}.")
+    lines.append(f"Checkpoint {ckpt.format} = {bits:.2f} bits/weight on average (embeddings, vision tower and "
+                 "unquantized layers at 16).")
+    return lines
+
+
+def _gpu_count_note(profile: HardwareProfile, nodes: int, layout: tuple[int, int]) -> str | None:
+    """Where a built-in profile has several GPUs per node: what a host with fewer does instead."""
+    if profile.detected_on or profile.gpus_per_node <= 1:
+        return None
+    return (f"note: the built-in {profile.name} profile has {profile.gpus_per_node} GPUs per node, so the space "
+            f"runs tensor_parallel_size {layout[0]} x pipeline_parallel_size {layout[1]}; on a host with fewer GPUs run "
+            "`autotune space new --hardware auto` on that host (it counts its GPUs), or pick the ranks with "
+            f"--layout (--layout 1x1: one GPU)")
+
+
 def new_space(
-    model: str, hardware: str, nodes: int, name: str | None = None, objective: Objective | None = None
+    model: str, hardware: str, nodes: int, name: str | None = None, objective: Objective | None = None,
+    layout: str | None = None,
 ) -> NewSpace:
     """A validated search space for the model whose config.json is at `model`, on nodes x hardware
     (`auto`, or the named profile of this host: with this host's GPU count and memory per GPU);
-    `objective` replaces the default (single-stream decode)."""
-    cfg, model_dir = read_config(model)
+    `objective` replaces the default (single-stream decode); `layout` (`TPxPP`) picks the ranks."""
+    model_dir = _model_dir(model)
+    config = load_model_config(model_dir)
     device = detect()
     profile = resolve_hardware(hardware, device)
     if profile.gpus_per_node == 0:
@@ -670,10 +545,9 @@ def new_space(
             f"space new writes vLLM spaces for GPU hardware; for {profile.name} start from "
             "search_spaces/llamacpp-gemma3-270m.yaml"
         )
-    arch = architecture(cfg)
-    _check_tp(arch, nodes * profile.gpus_per_node)
-    ckpt = checkpoint_format(cfg)
-    params = count_params(arch)
+    ranks = choose_layout(config, profile, nodes, layout)
+    ckpt = checkpoint_format(config.raw)
+    params = count_params(config)
     bits = ckpt.weight_bits(params)
     label = model_dir.name
     boxes = f"{profile.name}x{nodes}" if profile.name[-1].isdigit() else f"{profile.name}{nodes}"
@@ -685,19 +559,16 @@ def new_space(
         name=label,
         path=str(model_dir),
         served_name=slug(label),
-        architecture=arch.name,
+        architecture=config.name,
         params_total_b=round(params.total / 1e9, 3),
         params_active_b=round(params.active / 1e9, 3),
+        params_vision_b=round(params.vision / 1e9, 3) if params.vision else None,
+        params_mtp_b=round(params.mtp / 1e9, 3) if params.mtp else None,
         weight_bits=round(bits, 3),
-        n_layers=arch.n_layers,
-        hidden_size=arch.hidden_size,
-        n_heads=arch.n_heads,
-        n_kv_heads=arch.n_kv_heads,
-        head_dim=arch.head_dim,
-        kv_layers=(arch.n_layers - arch.sliding_layers) if arch.sliding_layers else None,
-        context_max=arch.context_max,
+        **{k: v for k, v in config_facts(config).items() if k in ModelSpec.model_fields},
         prompt_style="completion" if tokenizer_known and not has_template else "chat",
-        notes=f"written from config.json by autotune space new {__version__}; parameter counts from the shapes",
+        notes=f"written from config.json by autotune space new {__version__}; parameters counted "
+              f"{'on the meta device' if params.method is CountMethod.META else 'in closed form'}",
     )
     draft = _Draft()
     if profile.unified_memory:
@@ -707,7 +578,7 @@ def new_space(
     engine = VllmEngine()
     asked = engine.engine_choices(host_fingerprint(device, engine).key())
     choices = None if isinstance(asked, ChoicesCheck) else asked
-    _choose_knobs(draft, arch, ckpt, profile, nodes, choices)
+    _choose_knobs(draft, config, ckpt, profile, nodes, ranks, layout is not None, choices)
     if isinstance(asked, ChoicesCheck):
         draft.why.append("no performance_mode or b12x backends (knobs only some vLLM versions list): "
                          f"{asked.detail or 'vllm is not installed here'}")
@@ -722,13 +593,14 @@ def new_space(
         else "prompt_style completion: the tokenizer has no chat template (a base model)" if tokenizer_known
         else "prompt_style chat: assumed (no tokenizer_config.json next to config.json); set completion for a base model"
     )
+    gpu_note = None if layout is not None else _gpu_count_note(profile, nodes, ranks)
     header = [
         f"{space.name}: written by `autotune space new` ({__version__}) from {model_dir.name}/config.json for "
         f"{nodes} x {profile.name}.",
-        f"config.json: {arch.summary()}.",
-        f"Counted from the shapes: {params.total / 1e9:.1f}B parameters, {params.active / 1e9:.1f}B read per token; "
-        f"checkpoint {ckpt.format} = {bits:.2f} bits/weight on average (embeddings and unquantized layers at 16).",
+        f"config.json: {config.summary()}.",
+        *_counted_lines(config, params, ckpt, bits),
         f"Hardware: {describe(profile)}.",
+        *([gpu_note.removeprefix("note: ") + "."] if gpu_note else []),
         f"Memory fit on {profile.name}: {fit_why}.",
         "Choices:",
         *(f"- {line}" for line in [*draft.why, style]),
@@ -746,9 +618,11 @@ def new_space(
         f"space {space.name}: {count_candidates(space)} candidates on {nodes} x {profile.name}; "
         f"{params.total / 1e9:.1f}B params ({ckpt.format}); {fit_why.split(':')[0]}"
     )
-    note = energy_note(space)
+    closed = meta_unavailable(config) if params.method is CountMethod.CLOSED_FORM else None
+    warnings = [w for w in (energy_note(space), gpu_note, closed and f"note: parameters counted in closed form: {closed}")
+                if w]
     return NewSpace(space=space, text=text, summary=summary, hardware=f"hardware {describe(profile)}",
-                    warnings=[note] if note else [])
+                    warnings=warnings)
 
 
 def _json(path: Path) -> dict[str, Any]:

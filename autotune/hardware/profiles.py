@@ -266,3 +266,10 @@ def tensor_split_refusal(n_heads: int | None, n_kv_heads: int | None, tp: int) -
     if n_kv_heads and n_kv_heads % tp and tp % n_kv_heads:
         return f"{n_kv_heads} KV heads and tensor_parallel_size={tp}: one must divide the other for vLLM"
     return None
+
+
+def divisible_layouts(n_heads: int | None, n_kv_heads: int | None, gpus: int) -> list[tuple[int, int]]:
+    """(tensor_parallel_size, pipeline_parallel_size) pairs that use all `gpus` and whose TP splits
+    these heads (tensor_split_refusal), the widest TP first."""
+    return [(tp, gpus // tp) for tp in range(gpus, 0, -1)
+            if gpus % tp == 0 and tensor_split_refusal(n_heads, n_kv_heads, tp) is None]

@@ -40,8 +40,8 @@ class ShapeInfo(BaseModel):
     name: str
     source: str = Field(description="the public config.json the numbers were taken from")
     scaled: str | None = Field(None, description="what was changed to fit one GPU, and why; None = full shape")
-    params_total_b: float = Field(description="parameters of this shape (count_params), billions")
-    params_active_b: float = Field(description="parameters read per token (count_params), billions")
+    params_total_b: float = Field(description="parameters of this shape (autotune.model.params), billions")
+    params_active_b: float = Field(description="parameters read per token (autotune.model.params), billions")
     notes: str = ""
 
 
@@ -62,36 +62,6 @@ def is_shape_dir(path: Path) -> bool:
 
 def shape_info(path: Path) -> ShapeInfo:
     return load_yaml_model(path / MARKER, ShapeInfo, "model shape")
-
-
-# ---------------------------------------------------------------- parameter count
-
-
-def count_params(cfg: dict) -> tuple[int, int]:
-    """(total, active per token) parameters of a decoder-only config, MoE (Qwen3-MoE, gpt-oss,
-    MiniMax-M2 field names) or dense (Llama: its MLP is one expert every token uses, no router).
-    Counts attention and expert projections, routers, embeddings and the LM head; norms and biases
-    are left out (< 0.1 %)."""
-    hidden = cfg["hidden_size"]
-    layers = cfg["num_hidden_layers"]
-    heads = cfg["num_attention_heads"]
-    kv_heads = cfg.get("num_key_value_heads", heads)
-    head_dim = cfg.get("head_dim") or hidden // heads
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or 0
-    top_k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0
-    expert_inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
-    vocab = cfg["vocab_size"]
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    per_expert = 3 * hidden * expert_inter  # gate, up, down
-    router = hidden * experts  # none in a dense model
-    if experts == 0:
-        experts = top_k = 1
-    embed = vocab * hidden
-    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
-    total = layers * (attention + router + experts * per_expert) + embed + lm_head
-    # the embedding lookup reads one row per token; the LM head reads all of it
-    active = layers * (attention + router + top_k * per_expert) + (lm_head or embed)
-    return total, active
 
 
 # ---------------------------------------------------------------- tokenizer

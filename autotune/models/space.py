@@ -83,7 +83,11 @@ class ModelSpec(Strict):
     served_name: str | None = None
     architecture: str | None = None
     params_total_b: float | None = None
-    params_active_b: float | None = None
+    params_active_b: float | None = Field(None, description="parameters one decoded token reads, billions")
+    params_vision_b: float | None = Field(None, description="the vision tower's parameters, billions: in "
+                                          "params_total_b (vLLM loads it), not in params_active_b")
+    params_mtp_b: float | None = Field(None, description="the MTP layers' parameters, billions: in neither total "
+                                       "nor active (vLLM loads them only to draft with them)")
     weight_bits: float | None = Field(None, description="effective bits per weight of the checkpoint")
     n_layers: int | None = None
     hidden_size: int | None = None

@@ -26,7 +26,7 @@ LATER_OBJECTIVE = ("slo", "energy_workload", "weights")
 #: Slo fields added since capacity studies were first fingerprinted (left out while unset)
 LATER_SLO = ("max_requests",)
 #: Model fields added since (left out while unset)
-LATER_MODEL = ("vocab_size",)
+LATER_MODEL = ("vocab_size", "params_vision_b", "params_mtp_b")
 
 
 def _later_unset_dropped(data: dict[str, Any], later: tuple[str, ...]) -> dict[str, Any]:
