@@ -161,7 +161,9 @@ def test_forecast_before_anything_ran_is_a_labelled_guess(space_file, tmp_path):
     assert fc.candidates_total == 8 and fc.candidates_left == 8 and fc.trials == 5
     assert fc.launches == 5 + 1 + 4  # trials, the final best's gates relaunch, confirmation
     assert fc.trial_s and fc.trial_s > 5 and fc.basis.startswith("rough guess")
-    assert fc.total_s == pytest.approx(fc.trial_s * 10 + fc.gates_s * 2)
+    # a confirmation relaunch measures the objective alone: priced as its own requests, not a trial
+    assert fc.relaunch_s is not None and 0 < fc.relaunch_s < fc.trial_s
+    assert fc.total_s == pytest.approx(fc.trial_s * 6 + fc.relaunch_s * 4 + fc.gates_s * 2)
 
 
 def test_forecast_uses_trials_measured_in_runs_db(space_file, tmp_path):
@@ -197,13 +199,19 @@ def test_reporter_prints_the_plan_and_an_eta_after_each_trial(space_file, tmp_pa
         reporter.trial_started(number, number + 1, 3, cand)
         reporter.trial_event("decode (prose): 1/3 requests done")
         reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed",
-                                            reason="x", duration_s=seconds), None)
+                                            reason="x", duration_s=seconds, phase_s={"decode": seconds}), None)
+    reporter.trial_started(2, 3, 3, cand)
+    reporter.trial_finished(TrialResult(study="f", number=2, candidate=cand, status="failed", reason="x",
+                                        duration_s=2.0, phase_s={"start": 2.0}), None)  # died at start
     reporter.close()
     out = console.export_text()
     assert out.index("plan") < out.index("trial 1 of 3")
     assert "8 candidates, 8 left to try after pruning; this run: 3 trials + 1 confirmation rounds" in out
-    assert "1 of 3 trials done" in out and "ETA 6.7 min (median trial 1.7 min x 2 left + 2 confirmation launches)" in out
-    assert "ETA 6.0 min (median trial 2.0 min x 1 left + 2 confirmation launches)" in out
+    # gates at once: each trial may run them, priced apart from the trial (the forecast's guess until
+    # one ran); a start that died in seconds moves no median (issue 47: it priced launches at 2 s)
+    assert "1 of 3 trials done" in out and "(median trial without gates 1.7 min x 2 left + gates in 2 of them" in out
+    assert "(median trial without gates 2.0 min x 1 left + gates in 1 of them" in out
+    assert "3 of 3 trials done, 0 s elapsed; ETA 10 s (median trial without gates 2.0 min x 0 left" in out
 
 
 def test_a_dominated_trial_says_why_its_gates_were_skipped(tmp_path):
@@ -322,7 +330,7 @@ def test_the_forecast_prices_the_gates_only_where_they_run(space_file, tmp_path)
     """The default study's forecast said ~1.7 h where it took ~31 min (docs/measurements.md): it
     priced every trial with needle and qeval, but with gates at the end only the qeval reference
     runs them in its trial, and the final best in one relaunch."""
-    from autotune.study.forecast import workload_guess_s
+    from autotune.study.forecast import relaunch_guess_s, workload_guess_s
 
     plan = _plan(space_file, tmp_path / "runs.db")
     assert plan.space.gates.needle and plan.space.gates.qeval
@@ -332,10 +340,12 @@ def test_the_forecast_prices_the_gates_only_where_they_run(space_file, tmp_path)
     at_end = forecast(_gated(plan, GatePolicy.AT_END), trials=5, confirm_rounds=2)
     assert at_end.trial_s == pytest.approx(plain) and at_end.gates_s == pytest.approx(gated - plain)
     assert (at_end.gated, at_end.relaunches, at_end.launches) == (2, 1, 5 + 1 + 4)
-    assert at_end.total_s == pytest.approx(plain * 10 + (gated - plain) * 2)
+    relaunch = relaunch_guess_s(plan.space, guess.decode_tps, guess.prefill_tps)  # the decode passes alone
+    assert at_end.relaunch_s == pytest.approx(relaunch) and relaunch < plain
+    assert at_end.total_s == pytest.approx(plain * 6 + relaunch * 4 + (gated - plain) * 2)
     at_once = forecast(_gated(plan, GatePolicy.AT_ONCE), trials=5, confirm_rounds=2)
     assert (at_once.gated, at_once.relaunches, at_once.launches) == (5, 0, 9)  # at most: dominated ones skip
-    assert at_once.total_s == pytest.approx(plain * 9 + (gated - plain) * 5)
+    assert at_once.total_s == pytest.approx(plain * 5 + relaunch * 4 + (gated - plain) * 5)
     assert forecast(plan, trials=5, confirm_rounds=2).gated == 2  # llama.cpp gates at the end by default
     assert forecast(_gated(plan, GatePolicy.NO_ACCURACY), trials=5, confirm_rounds=0).gated == 0
 
@@ -370,10 +380,10 @@ def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path)
     reporter.study_planned(RunForecast(study="f", candidates_total=8, candidates_left=8, measured=0, trials=2,
                                        confirm_rounds=1, trial_s=60.0, basis="b", gated=2, gates_s=120.0, relaunches=1))
     cand = Candidate(engine="llamacpp", params={"n_threads": 1})
-    for number in (0, 1):
+    for number, phases in ((0, {"decode": 60.0, "qeval": 120.0}), (1, {"decode": 60.0})):  # the reference's qeval
         reporter.trial_started(number, number + 1, 2, cand)
-        reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed",
-                                            reason="x", duration_s=60.0), None)
+        reporter.trial_finished(TrialResult(study="f", number=number, candidate=cand, status="failed", reason="x",
+                                            duration_s=sum(phases.values()), phase_s=phases), None)
     reporter.relaunch_started(Relaunch.isolation(cand, 1))  # narrowing a failure's class: not the gates relaunch
     assert reporter.relaunches == 1
     reporter.relaunch_started(Relaunch.gates(cand, 1))
@@ -385,8 +395,8 @@ def test_the_eta_counts_the_gates_relaunch_until_it_starts(space_file, tmp_path)
     reporter.close()
     out = console.export_text()
     # 1 of 2: one trial, the relaunch (a trial + its gates) and 2 confirmation launches left
-    assert "ETA 6.0 min (median trial 60 s x 1 left + 1 gates relaunch + 2 confirmation launches)" in out
-    assert "ETA 5.0 min (median trial 60 s x 0 left + 1 gates relaunch + 2 confirmation launches)" in out
+    assert "ETA 6.0 min (median trial without gates 60 s x 1 left + 1 gates relaunch + 2 confirmation launches)" in out
+    assert "ETA 5.0 min (median trial without gates 60 s x 0 left + 1 gates relaunch + 2 confirmation launches)" in out
     assert "isolating class of trial 1: n_threads=1" in out
 
 

@@ -27,7 +27,7 @@ from autotune.space.fingerprint import check_same_experiment
 from autotune.space.fingerprint import fingerprint as space_fingerprint
 from autotune.study.confirm import confirm, relaunch
 from autotune.study.draft_schedule import schedule_study
-from autotune.study.forecast import RunForecast, gates_time_s, measured_trials, workload_guess_s
+from autotune.study.forecast import RunForecast, gates_time_s, measured_trials, relaunch_guess_s, workload_guess_s
 from autotune.study.leases import BoxPool
 from autotune.study.lock import StudyLock, StudyOwner
 from autotune.study.parallel import on_boxes
@@ -285,7 +285,8 @@ def forecast(
         trials=to_run,
         confirm_rounds=confirm_rounds,
         trial_s=trial_s,
-        relaunch_s=relaunch_s(own, plan.space.objective, store.relaunch_seconds(plan.study)) if store else None,
+        relaunch_s=(relaunch_s(own, plan.space.objective, store.relaunch_seconds(plan.study)) if store else None)
+        or relaunch_guess_s(plan.space, guess.decode_tps, guess.prefill_tps),
         basis=basis,
         gated=gated,
         gates_s=gates_s,

@@ -30,7 +30,7 @@ from autotune.models import (
     TrialResult,
 )
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
-from autotune.study.forecast import RunForecast, eta_s, fmt_duration
+from autotune.study.forecast import RunForecast, eta_s, fmt_duration, gates_time_s
 from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.relaunches import Relaunch, RelaunchKind
@@ -134,7 +134,7 @@ class RichReporter:
         self.line: ProgressLine | None = None
         self.t0 = time.monotonic()
         self.label = ""
-        self.durations: list[float] = []  # launched trials of this run
+        self.durations: list[float] = []  # launched trials of this run whose engine served, without their gates
         self.finished: list[TrialResult] = []  # their results: what a relaunch repeats is priced from them
         self.estimate_s: float | None = None  # the forecast's, until a trial of this run finishes
         self.total = 0
@@ -142,7 +142,9 @@ class RichReporter:
         self.confirm_launches = 0
         self.relaunches = 0  # gates relaunches still to come (gates at the end)
         self.noise_launches = 0  # the baseline's noise relaunches still to come
-        self.gates_s = 0.0  # what the gates add to such a relaunch
+        self.gates_s = 0.0  # what the gates add to a launch: the forecast's, then the median of those run
+        self.gated_left = 0  # trials still to run their gates in their own launch (the forecast's count)
+        self.gate_runs: list[float] = []  # seconds the gates took where they ran in this run
         self.relaunch_s: float | None = None  # one objective-only relaunch, where the forecast priced it
         self.confirming = False
         self.launch_started = self.t0
@@ -153,6 +155,7 @@ class RichReporter:
         self.launched = plan.measured
         self.confirm_launches = 2 * plan.confirm_rounds
         self.relaunches, self.gates_s = plan.relaunches, plan.gates_s or 0.0
+        self.gated_left = max(0, plan.gated - plan.relaunches)
         self.noise_launches = plan.noise_relaunches
         self.estimate_s = plan.trial_s
         self.relaunch_s = plan.relaunch_s
@@ -173,7 +176,12 @@ class RichReporter:
         eta = eta_s(typical, waves, self.relaunches + (0 if priced else objective_only), current_s)
         if eta is None:
             return None
-        return eta + self.relaunches * self.gates_s + (objective_only * (each or 0.0) if priced else 0.0)
+        gated = self.relaunches + min(self.gated_left, trials_left)
+        return eta + gated * self._gates_each() + (objective_only * (each or 0.0) if priced else 0.0)
+
+    def _gates_each(self) -> float:
+        """What the gates add to a launch: the median where they ran in this run, else the forecast's."""
+        return statistics.median(self.gate_runs) if self.gate_runs else self.gates_s
 
     def _eta(self, current_s: float) -> float | None:
         if self.confirming:
@@ -207,7 +215,12 @@ class RichReporter:
     def trial_finished(self, result: TrialResult, best: TrialResult | None) -> None:
         self._stop_status()
         if result.duration_s > 1.0 and not result.accuracy_relaunched:  # a relaunch is not another trial
-            self.durations.append(result.duration_s)
+            gates = gates_time_s(result)
+            if gates > 0:  # priced apart: most launches skip or defer them
+                self.gate_runs.append(gates)
+                self.gated_left = max(0, self.gated_left - 1)
+            if result.served:  # a start that died in seconds is not what the next launch takes
+                self.durations.append(result.duration_s - gates)
             self.finished.append(result)
         if result.status == "ok" and result.capacity is not None:
             line = f"  capacity at the SLO: {result.capacity.describe()}"
@@ -250,11 +263,13 @@ class RichReporter:
         left = self.total - self.launched
         eta = self._eta_for(left)
         if eta is not None and self.durations:
-            relaunch = f" + {self.relaunches} gates relaunch" if self.relaunches else ""
+            gated = min(self.gated_left, left)
+            relaunch = f" + gates in {gated} of them ({fmt_duration(self._gates_each())} each)" if gated else ""
+            relaunch += f" + {self.relaunches} gates relaunch" if self.relaunches else ""
             relaunch += f" + {self.noise_launches} noise relaunch" if self.noise_launches else ""
             self.console.print(
                 f"  [dim]{self.launched} of {self.total} trials done, {fmt_duration(time.monotonic() - self.t0)} "
-                f"elapsed; ETA {fmt_duration(eta)} (median trial "
+                f"elapsed; ETA {fmt_duration(eta)} (median trial without gates "
                 f"{fmt_duration(statistics.median(self.durations))} x {left} left"
                 f"{f', {self.parallel} at a time' if self.parallel > 1 else ''}{relaunch} + "
                 f"{self.confirm_launches} confirmation launches)[/]"

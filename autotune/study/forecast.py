@@ -138,6 +138,16 @@ def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | Non
     return get_engine(space.engine).startup_guess_s + out_tokens / tps + in_tokens / pps
 
 
+def relaunch_guess_s(space: SearchSpace, decode_tps: float | None, prefill_tps: float | None) -> float:
+    """A rough guess of one objective-only relaunch (confirmation, noise) before any is measured: the
+    start and the objective's own requests (its decode passes, its waves), no prefill or gates."""
+    waves = space.objective.waves
+    decode = {"prompt_sets": []} if space.objective.capacity else {}
+    work = space.workload.model_copy(update={"prefill_tokens": [], "decode_context_tokens": [],
+                                             "concurrency": [1, *waves], **decode})
+    return workload_guess_s(space.model_copy(update={"workload": work}), False, decode_tps, prefill_tps)
+
+
 def eta_s(durations: list[float], trials_left: int, confirm_launches: int, current_s: float = 0.0) -> float | None:
     """Median trial time x launches left (the running one counts, less its elapsed time)."""
     if not durations:
