@@ -135,9 +135,9 @@ def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches
     shown = console.export_text()
     assert "failed accuracy" in shown and "type_k=q4_0" in shown and "launch(es) saved" in shown
     assert "type_k=q4_0" in verdict_section(outcome)
-    from autotune.commands.export import recipe_verdict
+    from autotune.output.verdict import compose
 
-    verdict = recipe_verdict(store.study_space("s"), outcome, outcome.best)
+    verdict = compose(outcome, outcome.best)
     assert [f.failure.knob_values for f in verdict.accuracy_failures] == [{"type_k": "q4_0"}]
     assert summary.launches_saved <= 3  # the q4_0 candidates left after the first: each counted once
 

@@ -81,15 +81,15 @@ def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
 
     from autotune.output.html import verdict_section
     from autotune.output.terminal import print_best
-    from autotune.commands.export import export_warnings, recipe_verdict
+    from autotune.output.verdict import compose
     from autotune.study.tuner import StudyOutcome
 
     best = BEST.model_copy(update={"score": 93.5})
     outcome = StudyOutcome(name="s", trials=[BASE, best], ranked=[best, BASE], baseline=BASE, skipped_reasons={},
                            noise=NOISE, accuracy=False)
-    verdict = recipe_verdict(SearchSpace.model_validate(_space()), outcome, best)
+    verdict = compose(outcome.model_copy(update={"space": SearchSpace.model_validate(_space())}), best)
     assert [t.metric for t in verdict.tradeoffs] == ["prefill_tps.512", "ttft_ms.prose"]
-    assert any("trades away" in w and "prefill_tps.512 x0.51" in w for w in export_warnings(verdict))
+    assert any("trades away" in w and "prefill_tps.512 x0.51" in w for w in verdict.warnings())
     console = Console(record=True, width=200)
     print_best(console, outcome)
     shown = console.export_text()

@@ -395,3 +395,41 @@ def test_no_winner_counts_the_unchecked_trials_by_their_standing_not_their_wordi
     console = Console(record=True, width=200)
     terminal.print_best(console, outcome)
     assert "2 trial(s) ran but have unchecked gates: reworded: unchecked: qeval gate (no reference)" in console.export_text()
+
+
+def test_a_warning_reaches_the_terminal_the_report_and_the_recipe(tmp_path):
+    """Issue 51: the terminal warned about trials tied with the best and faster trials whose gates
+    never ran; the HTML report and the recipe did not. One verdict, composed once, carries them."""
+    from rich.console import Console
+
+    from autotune.commands.export import export_recipe
+    from autotune.output import terminal
+    from autotune.output.html import verdict_section
+    from autotune.output.recipe import from_yaml
+    from autotune.store import Store
+    from autotune.study.tuner import outcome_of
+
+    store = Store(tmp_path / "runs.db")
+    space = load_space("llamacpp-gemma3-270m")
+    store.save_study("s", space, "cpu", 1, "h")
+    trials = [_trial(0, 10.0, qeval=ALL_RIGHT), _trial(1, 14.0, qeval=ALL_RIGHT), _trial(2, 13.8, qeval=ALL_RIGHT),
+              _trial(3, 15.0, needle=None).model_copy(update={"deferred": "the time budget ended the study first"})]
+    for t in trials:
+        store.save_trial(t)
+    store.add_launch_sample("h", "llamacpp", "s", trials[0].candidate, 10.0, "noise", 0, metric="decode_tps_geomean")
+    store.add_launch_sample("h", "llamacpp", "s", trials[0].candidate, 9.0, "noise", 0, metric="decode_tps_geomean")
+    outcome = outcome_of(store, "s")
+    assert outcome.best is not None and outcome.best.number == 1
+
+    console = Console(record=True, width=250)
+    terminal.print_best(console, outcome)
+    shown = console.export_text()
+    page = verdict_section(outcome)
+    made = export_recipe(store, "s", None, None)
+    recipe = from_yaml(made.text)
+    assert "tied with the best within the launch noise: trial(s) 2" in shown
+    assert "faster by score, gates never run (unchecked): trial(s) 3" in shown
+    for text in (page, " ".join(made.warnings)):
+        assert "tied within the launch noise with trial(s) 2" in text
+        assert "faster by score, gates never run (unchecked): trial(s) 3" in text
+    assert recipe.verdict is not None and recipe.verdict.tied_with == [2] and recipe.verdict.unchecked_faster == [3]

@@ -9,16 +9,10 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.commands.show import pick_study
 from autotune.errors import ConfigError
-from autotune.gates.score import accuracy_status
-from autotune.model.shapes import dummy_weights
-from autotune.models import (
-    RecipeVerdict,
-    SearchSpace,
-    TrialResult,
-    VerdictStatus,
-)
+from autotune.models import SearchSpace, TrialResult
 from autotune.output.draft_schedule import with_schedule
 from autotune.output.recipe import recipe_from_trial, render_recipe
+from autotune.output.verdict import compose
 from autotune.store import Store
 from autotune.study.tuner import StudyOutcome, outcome_of
 
@@ -30,44 +24,6 @@ class Export(BaseModel):
 
     text: str
     warnings: list[str] = []
-
-
-def recipe_verdict(space: SearchSpace, outcome: StudyOutcome, chosen: TrialResult) -> RecipeVerdict:
-    """Whether the exported trial is a confirmed winner, and on what evidence."""
-    accuracy = accuracy_status(chosen) if outcome.accuracy else "unchecked"
-    if dummy_weights(space):
-        accuracy = "not applicable"
-    base = outcome.baseline
-    confirmation = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == chosen.number else None
-    if base is not None and chosen.candidate.key() == base.candidate.key():
-        status, summary = VerdictStatus.BASELINE, "the baseline (engine defaults) is the best config measured"
-    elif confirmation is not None:
-        status, summary = confirmation.status, confirmation.verdict
-    else:
-        status = VerdictStatus.NOT_CONFIRMED
-        summary = "not confirmed: no confirmation rounds ran for this trial (autotune search --confirm-rounds 2 or more)"
-    return RecipeVerdict(
-        status=status,
-        summary=summary,
-        accuracy=accuracy,
-        launch_noise=outcome.noise.describe() if outcome.noise else "unknown: no config was launched twice on this host",
-        objective=space.objective.label,
-        confirmation=confirmation,
-        tradeoffs=outcome.tradeoffs_of(chosen),
-        accuracy_failures=outcome.failed_classes(),
-    )
-
-
-def export_warnings(verdict: RecipeVerdict) -> list[str]:
-    out = []
-    if verdict.status in (VerdictStatus.NO_WINNER, VerdictStatus.NOT_CONFIRMED):
-        out.append(f"this recipe is not a confirmed winner ({verdict.status.value}): {verdict.summary}")
-    if verdict.accuracy not in ("pass", "not applicable"):
-        out.append(f"accuracy {verdict.accuracy}: the recipe's gates did not all pass with evidence")
-    if verdict.tradeoffs:
-        out.append("it trades away, against the baseline beyond the launch noise: "
-                   + "; ".join(t.describe() for t in verdict.tradeoffs))
-    return out
 
 
 def export_recipe(store: Store, study: str | None, trial_number: int | None, output: Path | None) -> Export:
@@ -86,7 +42,7 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
             raise ConfigError(f"study {name!r} has no trial {trial_number}")
         if chosen.status != "ok":
             raise ConfigError(f"trial {trial_number} did not run ({chosen.status}: {chosen.reason}); nothing to export")
-    verdict = recipe_verdict(space, result, chosen)
+    verdict = compose(result, chosen)
     recipe = recipe_from_trial(
         space, chosen, result.baseline, row["hardware"], row["nodes"], str(store.path), verdict=verdict,
         accuracy_on=result.accuracy, trials=result.trials,
@@ -94,4 +50,4 @@ def export_recipe(store: Store, study: str | None, trial_number: int | None, out
     recipe = with_schedule(recipe, result.draft_schedule, chosen.number)
     text = render_recipe(recipe, output)
     store.save_recipe(name, chosen.number, recipe.kind, text)
-    return Export(text=text, warnings=export_warnings(verdict))
+    return Export(text=text, warnings=verdict.warnings())

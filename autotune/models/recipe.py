@@ -70,6 +70,33 @@ class RecipeVerdict(Record):
     accuracy_failures: list[FailedClass] = Field(
         default_factory=list, description="numerics classes the study learned fail accuracy (never the best)"
     )
+    vs_baseline: str | None = Field(
+        None, description="this trial against the baseline, one launch each, judged by the launch noise"
+    )
+    tied_with: list[int] = Field(
+        default_factory=list, description="trials whose one launch lies within the launch noise of this one's"
+    )
+    unchecked_faster: list[int] = Field(
+        default_factory=list,
+        description="trials faster by score whose gates never ran (the study ended before they did): unchecked",
+    )
+
+    def warnings(self) -> list[str]:
+        """What a reader of the terminal, the report or the recipe must be told, one line each."""
+        out = []
+        if self.status in (VerdictStatus.NO_WINNER, VerdictStatus.NOT_CONFIRMED):
+            out.append(f"not a confirmed winner ({self.status.value}): {self.summary}")
+        if self.accuracy not in ("pass", "not applicable"):
+            out.append(f"accuracy {self.accuracy}: the gates did not all pass with evidence")
+        if self.tradeoffs:
+            out.append("it trades away, against the baseline beyond the launch noise: "
+                       + "; ".join(t.describe() for t in self.tradeoffs))
+        if self.unchecked_faster:
+            out.append(f"faster by score, gates never run (unchecked): trial(s) {', '.join(map(str, self.unchecked_faster))}")
+        if self.tied_with:
+            out.append(f"tied within the launch noise with trial(s) {', '.join(map(str, self.tied_with))}: one launch "
+                       "each cannot tell them apart")
+        return out
 
 
 class DraftStep(Record):

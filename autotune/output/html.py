@@ -21,10 +21,10 @@ from plotly.subplots import make_subplots
 
 from autotune.output.draft_schedule import schedule_lines
 from autotune.errors import ConfigError
-from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult
-from autotune.verdict.noise import single_launch_verdict
+from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult, VerdictStatus
 from autotune.output.terminal import diff_label, fmt_objective, fmt_samples
 from autotune.gates.score import verdict
+from autotune.output.verdict import compose
 from autotune.output.box_timeline import box_figure, box_row, in_flight, spans
 from autotune.store import Store
 from autotune.study.leases import boxes_label
@@ -262,6 +262,7 @@ def verdict_section(outcome: StudyOutcome) -> str:
     best, base = outcome.best, outcome.baseline
     if best is None:
         return '<p class="bad">No trial ran and passed its gates: no winner.</p>'
+    judged = compose(outcome, best)  # the one verdict the terminal and the recipe carry too
     lines = [
         f"<p><b>best: trial {best.number}</b> <code>{_e(diff_label(best.candidate, base.candidate if base else None))}</code>"
         f" &mdash; {fmt_objective(best.objective, outcome.objective)} {_e(outcome.objective.unit)} {_e(outcome.objective.short)}</p>"
@@ -270,17 +271,14 @@ def verdict_section(outcome: StudyOutcome) -> str:
         lines.append(f"<p>capacity at the SLO: {_e(best.capacity.describe())}; median of per-level P99 TTFT "
                      f"{_fmt(best.capacity.median_p99_ttft_ms, 0)} ms, ITL {_fmt(best.capacity.median_p99_itl_ms, 1)} ms "
                      "(capacities closer than the bisection step are tied, ranked by output tok/s at them)</p>")
-    noise_text = outcome.noise.describe() if outcome.noise else "launch-to-launch noise unknown"
-    if base is not None and base.objective and best.objective and best.number != base.number:
-        ratio = best.objective / base.objective
-        judged = single_launch_verdict(ratio, outcome.noise)
+    if judged.vs_baseline is not None and base is not None:
         lines.append(
-            f"<p>vs baseline (trial {base.number}, engine defaults) {fmt_objective(base.objective, outcome.objective)} {_e(outcome.objective.unit)}: "
-            f"<b>x{ratio:.2f}</b>, one launch each ({judged}; {_e(noise_text)})</p>"
+            f"<p>vs baseline (trial {base.number}, engine defaults) {fmt_objective(base.objective, outcome.objective)} "
+            f"{_e(outcome.objective.unit)}: <b>{_e(judged.vs_baseline)}</b></p>"
         )
-    elif best.number == 0:
+    elif judged.status is VerdictStatus.BASELINE:
         lines.append("<p>The baseline (engine defaults) is the best config measured.</p>")
-    c = outcome.confirmation if outcome.confirmation and outcome.confirmation.best_trial == best.number else None
+    c = judged.confirmation
     if c is not None:
         cls = "good" if c.winner else "bad"
         lines.append(
@@ -288,24 +286,20 @@ def verdict_section(outcome: StudyOutcome) -> str:
             f"alternately): {_e(c.verdict)}<br>best {fmt_samples(c.best_samples, outcome.objective)} vs baseline "
             f"{fmt_samples(c.baseline_samples, outcome.objective)} {_e(outcome.objective.unit)}; ratio x{c.ratio:.2f}, noise &plusmn;{c.noise:.1%}</p>"
         )
-    elif base is not None and best.number == base.number:
+    elif judged.status is VerdictStatus.BASELINE:
         lines.append("<p>Nothing to confirm: no config beat the baseline.</p>")
-    else:
-        lines.append('<p class="bad">Not confirmed: no interleaved relaunch of best and baseline is stored.</p>')
     schedule = schedule_lines(outcome.draft_schedule)
     if schedule:
         items = "".join(f"<li>{_e(line)}</li>" for line in schedule[1:])
         lines.append(f'<p class="draft-schedule">{_e(schedule[0])}</p>' + (f"<ul>{items}</ul>" if items else ""))
-    failed = outcome.failed_classes()
-    if failed:
-        items = "".join(f"<li>{_e(f.describe())}</li>" for f in failed)
+    if judged.accuracy_failures:
+        items = "".join(f"<li>{_e(f.describe())}</li>" for f in judged.accuracy_failures)
         lines.append(f'<p class="bad">Numerics classes that failed accuracy (never the best, not launched '
                      f"again):</p><ul>{items}</ul>")
-    traded = outcome.tradeoffs_of(best)
-    if traded:
-        items = "".join(f"<li>{_e(t.describe())}</li>" for t in traded)
-        lines.append(f'<p class="bad">What it trades away: worse than the baseline beyond the launch noise '
-                     f"(one launch each, judged with the objective's noise):</p><ul>{items}</ul>")
+    warnings = judged.warnings()
+    if warnings:
+        items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+        lines.append(f'<p class="bad">Warnings (the terminal and the recipe carry them too):</p><ul class="warnings">{items}</ul>')
     gates = "; ".join(f"{g.gate}: {g.status if g.passed else g.status.upper()} ({g.detail})" for g in best.gates)
     if not outcome.accuracy:
         gates = "accuracy unchecked (--no-accuracy)" + (f"; {gates}" if gates else "")

@@ -223,8 +223,12 @@ def to_yaml(recipe: Recipe) -> str:
     data = recipe.model_dump(mode="json")
     if data.get("verdict") is None:  # predicted recipes, and measured ones exported before verdicts existed
         data.pop("verdict", None)
-    elif (data["verdict"].get("confirmation") or {}).get("status") == data["verdict"]["status"]:
-        del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
+    else:
+        if (data["verdict"].get("confirmation") or {}).get("status") == data["verdict"]["status"]:
+            del data["verdict"]["confirmation"]["status"]  # the recipe says it once, as verdict.status
+        for key in ("vs_baseline", "tied_with", "unchecked_faster"):  # nothing to say: said by nothing
+            if not data["verdict"].get(key):
+                data["verdict"].pop(key, None)
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
     if data.get("acceptance_source") is None:  # no drafting, or trials stored before autotune said it

@@ -28,8 +28,9 @@ from autotune.models import (
     PlanReport,
     ResolvedEngine,
     TrialResult,
+    VerdictStatus,
 )
-from autotune.verdict.noise import single_launch_inside, single_launch_verdict
+from autotune.output.verdict import compose
 from autotune.study.forecast import RunForecast, eta_s, fmt_duration, gates_time_s
 from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
@@ -560,54 +561,48 @@ def print_phases(console: Console, outcome: StudyOutcome) -> None:
 
 def print_best(console: Console, outcome: StudyOutcome) -> None:
     best, base = outcome.best, outcome.baseline
-    noise = outcome.noise
-    noise_text = noise.describe() if noise else "launch-to-launch noise unknown (no config launched twice here yet)"
     if best is None:
         console.print("[red]no trial ran and passed every gate with evidence: no winner[/]")
         unchecked = [t for t in outcome.trials if standing(t) is Standing.UNCHECKED]
         if unchecked:
             console.print(f"  {len(unchecked)} trial(s) ran but have unchecked gates: {verdict(unchecked[0])}")
         return
+    judged = compose(outcome, best)  # the one verdict the report and the recipe carry too
     console.print(f"[bold green]best: trial {best.number}[/] {diff_label(best.candidate, base.candidate if base else None)}")
     if not outcome.accuracy:
         console.print("  [yellow]accuracy unchecked: the study runs with --no-accuracy (throughput only)[/]")
-    if base and base.objective and best.objective and best.number != base.number:
-        ratio = best.objective / base.objective
-        judged = single_launch_verdict(ratio, noise)
+    if judged.vs_baseline is not None and base is not None:
         console.print(
             f"  {fmt_objective(best.objective, outcome.objective)} vs baseline "
-            f"{fmt_objective(base.objective, outcome.objective)} {outcome.objective.unit} {outcome.objective.short}: x{ratio:.2f}, one launch each "
-            f"({judged}; {noise_text})"
+            f"{fmt_objective(base.objective, outcome.objective)} {outcome.objective.unit} {outcome.objective.short}: "
+            f"{judged.vs_baseline}"
         )
-    elif best.number == 0:
-        console.print("  the baseline (engine defaults) is the best config measured")
+    elif judged.status is VerdictStatus.BASELINE:
+        console.print(f"  {judged.summary}")
     if best.capacity is not None:
         console.print(f"  capacity at the SLO: {best.capacity.describe()}; median of per-level P99 TTFT "
                       f"{_fmt(best.capacity.median_p99_ttft_ms, 0)} ms, ITL {_fmt(best.capacity.median_p99_itl_ms, 1)} ms"
                       + (" (tied capacities rank by output tok/s at them)" if outcome.objective.capacity else ""))
-    # dominated trials count too: below the best's score, but maybe not beyond the noise
-    skipped = [t for t in outcome.trials if t.status == "ok" and (t.dominated or t.deferred)]
-    others = [*outcome.ranked[1:], *(t for t in skipped if (t.score or 0.0) <= (best.score or 0.0))]
-    tied = [f"{t.number}{' (gates skipped)' if t.dominated or t.deferred else ''}" for t in others
-            if t.objective and best.objective and single_launch_inside(best.objective / t.objective, noise)]
-    if tied:
+    skipped = {t.number for t in outcome.trials if t.dominated or t.deferred}
+    if judged.tied_with:
+        tied = [f"{n}{' (gates skipped)' if n in skipped else ''}" for n in judged.tied_with]
         console.print(f"  tied with the best within the launch noise: trial(s) {', '.join(tied)}")
-    ahead = [str(t.number) for t in skipped if (t.score or 0.0) > (best.score or 0.0)]
-    if ahead:  # e.g. the time budget ended the study before their deferred gates ran
-        console.print(f"  [yellow]faster by score, gates never run (unchecked): trial(s) {', '.join(ahead)}[/]")
-    c = outcome.confirmation
-    if c and c.best_trial == best.number:
+    if judged.unchecked_faster:  # e.g. the time budget ended the study before their deferred gates ran
+        console.print(f"  [yellow]faster by score, gates never run (unchecked): trial(s) "
+                      f"{', '.join(map(str, judged.unchecked_faster))}[/]")
+    c = judged.confirmation
+    if c is not None:
         console.print(
             f"  confirmation: {c.verdict}; best {fmt_samples(c.best_samples, outcome.objective)} vs "
             f"baseline {fmt_samples(c.baseline_samples, outcome.objective)} {outcome.objective.unit}"
         )
-    elif best.number != 0:
+    elif judged.status is VerdictStatus.NOT_CONFIRMED:
         console.print("  [yellow]not confirmed[/]: no confirmation rounds for this trial (--confirm-rounds 2 or more)")
     for i, line in enumerate(schedule_lines(outcome.draft_schedule)):
         console.print(f"  {line}" if i == 0 else f"    {line}", highlight=False, markup=False)
-    for failed in outcome.failed_classes():
+    for failed in judged.accuracy_failures:
         console.print(f"  [yellow]numerics class failed accuracy[/]: {failed.describe()}", highlight=False)
-    for i, t in enumerate(outcome.tradeoffs_of(best)):
+    for i, t in enumerate(judged.tradeoffs):
         if i == 0:
             console.print("  [yellow]trades away[/] (worse than the baseline beyond the launch noise, one launch each):")
         console.print(f"    {t.describe()}", highlight=False)

@@ -126,6 +126,7 @@ class StudyOutcome(BaseModel):
     accuracy_failures: list[AccuracyFailure] = Field(default_factory=list)  # numerics classes learned to fail
     # the study's latest launches failed for a cause every candidate shared: no answer (exit 3)
     environment: EnvironmentFailure | None = None
+    space: SearchSpace | None = None  # the space the study was made from (None: a study row not found)
 
     @property
     def best(self) -> TrialResult | None:
@@ -230,6 +231,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
     accuracy = store.study_accuracy(name)
     noise = None
     objective = Objective()
+    space = None
     if row is not None:
         space = SearchSpace.model_validate_json(row["space"])
         trials = judged_again(store, name, trials, space)
@@ -252,6 +254,7 @@ def outcome_of(store: Store, name: str, exhausted: bool = False, stopped: str | 
         objective=objective,
         accuracy_failures=store.accuracy_failures(name),
         environment=environment_of(trials),
+        space=space,
     )
 
 
