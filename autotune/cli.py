@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -49,6 +50,31 @@ HardwareOption = Annotated[
 ]
 NodesOption = Annotated[Optional[int], typer.Option("--nodes", min=1, help="number of boxes (Spark: one GPU each)")]
 DEFAULT_DB = Path("runs.db")
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_s(text: str, bare_unit: str) -> float:
+    """Seconds from a duration: "90m", "130s", "1.5h"; a bare number is in `bare_unit` (each time
+    option's historic unit, so that scripts written before stay right)."""
+    raw = text.strip().lower()
+    unit = raw[-1] if raw and raw[-1] in _UNITS_S else bare_unit
+    number = raw[:-1] if raw and raw[-1] in _UNITS_S else raw
+    try:
+        value = float(number) * _UNITS_S[unit]
+    except ValueError:
+        raise ConfigError(f"{text!r} is not a duration: write it like 90m, 130s or 1.5h") from None
+    if value <= 0:
+        raise ConfigError(f"{text!r}: a duration must be above zero")
+    return value
+
+
+class Gates(str, Enum):
+    """When a study runs its accuracy gates (needle, qeval): `--gates`, one option for one decision."""
+
+    EVERY_TRIAL = "every-trial"
+    AT_ONCE = "at-once"
+    AT_END = "at-end"
+    OFF = "off"
 
 
 def _version(value: bool) -> None:
@@ -64,39 +90,57 @@ def _root(
     """Find the fastest accurate way to serve an LLM on given hardware."""
 
 
-@app.command()
+@app.command(short_help="Tune a search space: baseline, then pruned Optuna trials.")
 def search(
     space: ChosenSpaceOption = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="model file/dir, overrides the space's")] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", rich_help_panel="What to tune", help="model file/dir, overrides the space's")
+    ] = None,
     db: DbOption = DEFAULT_DB,
-    study: Annotated[Optional[str], typer.Option("--study", help="study name (default: <space>-<hardware>-x<nodes>)")] = None,
-    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="engine launches in this study, baseline included")] = 10,
+    study: Annotated[
+        Optional[str],
+        typer.Option("--study", rich_help_panel="What to tune", help="study name (default: <space>-<hardware>-x<nodes>)"),
+    ] = None,
+    trials: Annotated[
+        int,
+        typer.Option("--trials", "-n", rich_help_panel="What to tune", min=1,
+                     help="engine launches in this study, baseline included"),
+    ] = 10,
     hardware: HardwareOption = None,
     nodes: NodesOption = None,
-    no_accuracy: Annotated[bool, typer.Option("--no-accuracy", help="throughput only: skip needle and qeval")] = False,
+    no_accuracy: Annotated[
+        bool, typer.Option("--no-accuracy", rich_help_panel="Accuracy", help="throughput only: skip needle and qeval")
+    ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print the launches a new study starts with (baseline, --try, the "
-                           "planner's first) and what pruning drops; launch nothing")
+        bool, typer.Option("--dry-run", rich_help_panel="Output",
+                           help="print the launches a new study starts with (baseline, --try, the planner's first) "
+                           "and what pruning drops; launch nothing")
     ] = False,
     all_candidates: Annotated[
-        bool, typer.Option("--all-candidates", help="with --dry-run: every surviving candidate's launch")
+        bool, typer.Option("--all-candidates", rich_help_panel="Output",
+                           help="with --dry-run: every surviving candidate's launch")
     ] = False,
-    logs: Annotated[Path, typer.Option("--logs", help="folder for engine logs")] = Path("autotune-logs"),
-    seed: Annotated[int, typer.Option("--seed", help="sampler seed")] = 0,
+    logs: Annotated[
+        Path, typer.Option("--logs", rich_help_panel="Output", help="folder for engine logs")
+    ] = Path("autotune-logs"),
+    seed: Annotated[int, typer.Option("--seed", rich_help_panel="What to tune", help="sampler seed")] = 0,
     tries: Annotated[
         Optional[list[str]],
-        typer.Option("--try", help="KNOB=VALUE,... a candidate to run right after the baseline (repeatable)"),
+        typer.Option("--try", rich_help_panel="What to tune", metavar="KNOB=VALUE[,...]",
+                     help="a candidate to run right after the baseline (repeatable)"),
     ] = None,
     cluster: Annotated[
-        Optional[Path], typer.Option("--cluster", help="YAML describing the boxes (Docker daemons, IPs, NICs)")
+        Optional[Path], typer.Option("--cluster", rich_help_panel="Several boxes",
+                                     help="YAML describing the boxes (Docker daemons, IPs, NICs)")
     ] = None,
     launcher: Annotated[
-        Optional[str], typer.Option("--launcher", help="process, ray or docker (default: the space's)")
+        Optional[str], typer.Option("--launcher", rich_help_panel="Several boxes",
+                                    help="process, ray or docker (default: the space's)")
     ] = None,
     parallel: Annotated[
         Optional[int],
         typer.Option(
-            "--parallel", min=1,
+            "--parallel", rich_help_panel="Several boxes", min=1,
             help="trials in flight at once, each on the boxes its layout needs, leased through Ray so that no two "
             "share a box (default: as many as the boxes allow; 1 when every trial needs every box)",
         ),
@@ -104,7 +148,7 @@ def search(
     boxes: Annotated[
         Optional[int],
         typer.Option(
-            "--boxes", min=1,
+            "--boxes", rich_help_panel="Several boxes", min=1,
             help="without --cluster: this many boxes on this host for trials side by side (each engine on this "
             "host at its own port; a CPU test bed); with --cluster the file's nodes are the boxes",
         ),
@@ -112,7 +156,7 @@ def search(
     confirm_rounds: Annotated[
         int,
         typer.Option(
-            "--confirm-rounds", min=0,
+            "--confirm-rounds", rich_help_panel="Confirmation", min=0,
             help="re-launch best and baseline alternately this many rounds in all for the study (0: off; a verdict "
             "needs 2 or more); rounds of earlier sittings count, a resume runs only the missing ones",
         ),
@@ -120,7 +164,7 @@ def search(
     noise_relaunches: Annotated[
         int,
         typer.Option(
-            "--noise-relaunches", min=0,
+            "--noise-relaunches", rich_help_panel="Confirmation", min=0,
             help="relaunch the baseline until it has this many more launches than its trial, the confirmation's "
             "rounds counted, to measure the launch-to-launch noise (stored per host, engine and objective)",
         ),
@@ -128,38 +172,31 @@ def search(
     qeval_reference: Annotated[
         Optional[int],
         typer.Option(
-            "--qeval-reference", min=0,
+            "--qeval-reference", rich_help_panel="Accuracy", min=0,
             help="trial whose qeval answers are the reference (default: trial 0, the baseline); "
             "use it when the baseline has no qeval result",
         ),
     ] = None,
     time_budget: Annotated[
-        Optional[float],
+        Optional[str],
         typer.Option(
-            "--time-budget",
-            min=0.01,
-            help="minutes of wall time: no trial (or confirmation round) starts unless a typical one still fits "
-            "(a round priced by what a relaunch repeats, not a whole trial)",
+            "--time-budget", metavar="DURATION", rich_help_panel="Time",
+            help="wall time, like 90m, 1.5h or 600s (a bare number: minutes): no trial (or confirmation round) "
+            "starts unless a typical one still fits (a round priced by what a relaunch repeats, not a whole trial)",
         ),
     ] = None,
     wait: Annotated[
-        bool, typer.Option("--wait", help="if another autotune process runs this study, wait for it to finish")
+        bool, typer.Option("--wait", rich_help_panel="Output", help="if another autotune process runs this study, wait for it to finish")
     ] = False,
-    gate_every_trial: Annotated[
-        bool,
+    gates: Annotated[
+        Optional[Gates],
         typer.Option(
-            "--gate-every-trial",
-            help="run needle and qeval on every trial, also those whose score cannot rank first "
-            "(default: they are recorded as dominated and skip them)",
-        ),
-    ] = False,
-    gates_at_end: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--gates-at-end/--gates-at-once",
-            help="defer the gates of a trial faster than the incumbent and run them at the end, in a relaunch "
-            "of the best by score only (walking down the ranking if they fail); default: at the end for "
-            "llama.cpp (a relaunch takes seconds), at once for vLLM (a launch takes minutes)",
+            "--gates", case_sensitive=False, rich_help_panel="Accuracy",
+            help="when needle and qeval run: every-trial (also trials whose score cannot rank first); at-once (a "
+            "trial that may rank first, in its own launch; the rest are dominated and skip them); at-end (a "
+            "trial faster than the incumbent defers them to a relaunch of the best by score, walking down the "
+            "ranking if they fail); off (throughput only, as --no-accuracy). Default: at-end for llama.cpp (a "
+            "relaunch takes seconds), at-once for vLLM (a launch takes minutes)",
             show_default=False,
         ),
     ] = None,
@@ -171,6 +208,9 @@ def search(
     from autotune.commands import search as search_command
     from autotune.commands import setup
 
+    if no_accuracy and gates not in (None, Gates.OFF):
+        raise ConfigError(f"--no-accuracy runs no gates, --gates {gates.value} runs them: give one of the two")
+    budget_s = None if time_budget is None else duration_s(time_budget, "m")
     plan = setup.prepare(
         space_name=_chosen_space(space, hardware, nodes),
         model_path=model,
@@ -178,7 +218,7 @@ def search(
         study=study,
         hardware=hardware,
         nodes=nodes,
-        accuracy=not no_accuracy,
+        accuracy=not no_accuracy and gates is not Gates.OFF,
         logs_dir=logs,
         dry_run=dry_run,
         tries=tries,
@@ -186,8 +226,8 @@ def search(
         launcher=launcher,
         boxes=boxes,
         parallel=parallel,
-        every_trial=gate_every_trial,
-        gates_at_end=gates_at_end,
+        every_trial=gates is Gates.EVERY_TRIAL,
+        gates_at_end=None if gates in (None, Gates.EVERY_TRIAL, Gates.OFF) else gates is Gates.AT_END,
     )
     for line in plan.choices.notes() if plan.choices else []:
         errors.print(f"note: {line}", markup=False, highlight=False)
@@ -208,7 +248,7 @@ def search(
             confirm_rounds=confirm_rounds,
             noise_relaunches=noise_relaunches,
             qeval_reference=qeval_reference,
-            time_budget_s=None if time_budget is None else time_budget * 60.0,
+            time_budget_s=budget_s,
             reporter=reporter,
             wait_s=float("inf") if wait else None,
             on_wait=lambda owner: errors.print(f"waiting: study {plan.study!r} is in use by {owner.describe()}"),
@@ -224,7 +264,7 @@ def search(
         raise problem
 
 
-@app.command()
+@app.command(short_help="Print the trials of a study (the newest by default).")
 def show(
     db: DbOption = DEFAULT_DB,
     study: StudyOption = None,
@@ -246,7 +286,7 @@ def show(
     terminal.print_best(console, seen.outcome)
 
 
-@app.command()
+@app.command(short_help="Write a trial as a recipe: YAML, shell script or docker.")
 def export(
     db: DbOption = DEFAULT_DB,
     study: StudyOption = None,
@@ -310,7 +350,7 @@ def export(
         console.print(f"{'recipe' if fmt == 'yaml' else fmt + ' script'} written to {output}")
 
 
-@app.command(name="report")
+@app.command(name="report", short_help="Write a study as one self-contained HTML report.")
 def report_html(
     db: DbOption = DEFAULT_DB,
     study: StudyOption = None,
@@ -327,7 +367,7 @@ def report_html(
     console.print(f"report of study {name} written to {written} ({written.stat().st_size / 1e6:.1f} MB)")
 
 
-@app.command()
+@app.command(short_help="Detect this host and what actually runs on it.")
 def probe(
     db: DbOption = DEFAULT_DB,
     space: SpaceOption = "llamacpp-gemma3-270m",
@@ -336,14 +376,20 @@ def probe(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     classify: Annotated[Optional[Path], typer.Option("--classify", help="classify an engine log file; probe nothing")] = None,
     skip_engine: Annotated[bool, typer.Option("--no-engine", help="device and kernels only")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds per probe")] = 300.0,
+    timeout: Annotated[
+        str, typer.Option("--timeout", metavar="DURATION", help="per probe, like 300s or 5m (a bare number: seconds)")
+    ] = "300s",
     budget: Annotated[
-        float, typer.Option("--budget", help="seconds after which no new engine launch starts; the next probe launches what is left")
-    ] = 480.0,
+        str,
+        typer.Option("--budget", metavar="DURATION",
+                     help="after this long no new engine launch starts, like 8m or 480s (a bare number: seconds); "
+                     "the next probe launches what is left"),
+    ] = "8m",
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
     from autotune.commands import probe as probing
 
+    timeout_s, budget_s = duration_s(timeout, "s"), duration_s(budget, "s")
     if classify is not None:
         found = probing.classify_log(classify)
         if as_json:
@@ -357,8 +403,8 @@ def probe(
         model_path=model,
         refresh=refresh,
         engine_probes=not skip_engine,
-        timeout_s=timeout,
-        budget_s=budget,
+        timeout_s=timeout_s,
+        budget_s=budget_s,
     )
     if as_json:
         console.print_json(result.model_dump_json())
@@ -366,7 +412,7 @@ def probe(
         terminal.print_probe(console, result)
 
 
-@app.command()
+@app.command(short_help="Predict memory and speed per candidate; start nothing.")
 def plan(
     db: DbOption = DEFAULT_DB,
     space: ChosenSpaceOption = None,

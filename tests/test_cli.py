@@ -459,3 +459,16 @@ def test_plan_for_other_hardware_drops_what_its_arch_is_known_to_refuse(capsys, 
     assert dropped and all(e["reason"].startswith(f"known to fail on {hardware} ({arch}): ") for e in dropped)
     fp8 = [e for e in plan["kept"] if "kv_cache_dtype=fp8" in e["label"]]
     assert fp8  # only the refused value goes
+
+
+def test_every_time_option_takes_one_duration_format(capsys):
+    """Issue 51: --time-budget was minutes and probe --budget seconds; each now takes 90m, 130s or
+    1.5h, and a bare number keeps the option's old unit so that scripts written before stay right."""
+    from autotune.cli import duration_s, main
+
+    assert duration_s("90m", "m") == 5400 and duration_s("130s", "m") == 130 and duration_s("1.5h", "s") == 5400
+    assert duration_s("10", "m") == 600 and duration_s("480", "s") == 480
+    assert main(["search", "--dry-run", "--time-budget", "ten minutes"]) == 2
+    assert "is not a duration: write it like 90m, 130s or 1.5h" in capsys.readouterr().err
+    assert main(["probe", "--no-engine", "--budget", "0s"]) == 2
+    assert "a duration must be above zero" in capsys.readouterr().err

@@ -87,20 +87,20 @@ def test_engines_choose_by_what_a_relaunch_costs():
 POLICIES = [
     ("llamacpp-gemma3-270m", [], GatePolicy.AT_END),  # llama.cpp's default: a relaunch takes seconds
     ("vllm-gemma3-270m", [], GatePolicy.AT_ONCE),  # vLLM's: a launch takes minutes
-    ("vllm-gemma3-270m", ["--gates-at-end"], GatePolicy.AT_END),
-    ("llamacpp-gemma3-270m", ["--gates-at-once"], GatePolicy.AT_ONCE),
-    ("llamacpp-gemma3-270m", ["--gate-every-trial"], GatePolicy.EVERY_TRIAL),
-    ("llamacpp-gemma3-270m", ["--gate-every-trial", "--gates-at-end"], GatePolicy.EVERY_TRIAL),
-    ("llamacpp-gemma3-270m", ["--no-accuracy", "--gate-every-trial"], GatePolicy.NO_ACCURACY),
-    ("vllm-gemma3-270m", ["--no-accuracy", "--gates-at-end"], GatePolicy.NO_ACCURACY),
+    ("vllm-gemma3-270m", ["--gates", "at-end"], GatePolicy.AT_END),
+    ("llamacpp-gemma3-270m", ["--gates", "at-once"], GatePolicy.AT_ONCE),
+    ("llamacpp-gemma3-270m", ["--gates", "every-trial"], GatePolicy.EVERY_TRIAL),
+    ("llamacpp-gemma3-270m", ["--gates", "off"], GatePolicy.NO_ACCURACY),
+    ("vllm-gemma3-270m", ["--no-accuracy"], GatePolicy.NO_ACCURACY),
+    ("vllm-gemma3-270m", ["--no-accuracy", "--gates", "off"], GatePolicy.NO_ACCURACY),
 ]
 
 
 @pytest.mark.parametrize(("space", "flags", "policy"), POLICIES)
 def test_the_gate_policy_is_one_value_resolved_from_the_flags_and_the_engine_default(space, flags, policy, monkeypatch,
                                                                                        capsys):
-    """`search`'s three flags and the engine's default become one GatePolicy in the plan, which the
-    Tuner, the trial and the forecast read."""
+    """`search --gates` (or `--no-accuracy`) and the engine's default become one GatePolicy in the plan,
+    which the Tuner, the trial and the forecast read."""
     from autotune.cli import main
     from autotune.commands import setup
 
@@ -110,6 +110,15 @@ def test_the_gate_policy_is_one_value_resolved_from_the_flags_and_the_engine_def
     assert main(["search", "--space", space, "--dry-run", *flags]) == 0
     capsys.readouterr()
     assert [p.ctx.gates for p in made] == [policy]
+
+
+def test_contradictory_gate_options_are_refused(capsys):
+    """Issue 51: three flags made one decision, and some of their combinations contradicted each
+    other (--no-accuracy with --gate-every-trial ran no gates, silently)."""
+    from autotune.cli import main
+
+    assert main(["search", "--dry-run", "--no-accuracy", "--gates", "at-end"]) == 2
+    assert "--no-accuracy runs no gates, --gates at-end runs them" in capsys.readouterr().err
 
 
 def test_a_deferred_trial_says_so_in_the_progress_line_and_its_verdict():

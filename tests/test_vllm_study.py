@@ -167,6 +167,6 @@ def test_gates_run_only_where_they_can_change_the_pick_unless_asked_for_every_tr
         else:
             assert t.score > ok[0].score and t.qeval is not None
     every = tmp_path / "every.db"
-    assert main([*common, "--db", str(every), "--study", "e", "--gate-every-trial"]) == 0
+    assert main([*common, "--db", str(every), "--study", "e", "--gates", "every-trial"]) == 0
     ok = [t for t in Store(every).trials("e") if t.status == "ok"]
     assert len(ok) == 2 and all(t.qeval is not None and not t.dominated for t in ok)

@@ -640,8 +640,8 @@ class GatePolicy(str, Enum):
     """When a study runs its accuracy gates (needle, qeval): resolved once from the command line and
     the engine's default (`GatePolicy.of`), read by the Tuner, the trial and the forecast."""
 
-    NO_ACCURACY = "no accuracy"  # --no-accuracy: throughput only
-    EVERY_TRIAL = "every trial"  # --gate-every-trial: also trials whose score cannot rank first
+    NO_ACCURACY = "no accuracy"  # --gates off (--no-accuracy): throughput only
+    EVERY_TRIAL = "every trial"  # --gates every-trial: also trials whose score cannot rank first
     AT_ONCE = "at once"  # a trial that may rank first runs its gates in its own launch; the rest are dominated
     AT_END = "at end"  # ... defers them to a relaunch of the head of the ranking at the end
 
