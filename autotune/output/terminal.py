@@ -863,6 +863,11 @@ def render_plan_table(report: PlanReport, top: int = 0) -> Table:
     rows = (report.kept[:top] + report.dropped[:top]) if top else report.kept + report.dropped
     tokens = [est.label.split(" ") for est in rows]
     shared_unknown = _common([est.unknown for est in report.kept])
+    # a note every row shown shares (MoE verify cost on every drafting row of the flagship plan) is
+    # said once under the table, not in each row
+    shown_kept = [est for est in rows if est.fits]
+    shown_unknown = [u for u in _common([est.unknown for est in shown_kept]) if u not in shared_unknown]
+    said_once = set(shared_unknown) | set(shown_unknown)
     caption = [
         "memory in GB per GPU (= per node on one-GPU boxes); decode and prefill in tok/s, decode = one stream; ? = unknown",
         "usable: what the KV pool is carved from (vLLM: gpu_memory_utilization x GPU memory, pool = usable - "
@@ -878,6 +883,10 @@ def render_plan_table(report: PlanReport, top: int = 0) -> Table:
         caption.append("every candidate: " + " ".join(shared))
     if shared_unknown:
         caption.append("unknown for every candidate: " + "; ".join(shared_unknown))
+    if shown_unknown and len(shown_kept) > 1:
+        caption.append("unknown for every row shown: " + "; ".join(shown_unknown))
+    elif shown_unknown:
+        said_once -= set(shown_unknown)
     shown = _shown_line(report, top)
     if shown:
         caption.append(shown)
@@ -887,24 +896,28 @@ def render_plan_table(report: PlanReport, top: int = 0) -> Table:
         caption="\n".join(caption),
         caption_justify="left",
     )
-    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
-    table.add_column("candidate", overflow="fold", min_width=16)
-    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound",
-                 *(f"c{n}" for n in levels), "prefill"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("note", overflow="fold", min_width=12)
+    cells: list[tuple[list[str], str | None]] = []
     for est, words in zip(rows, tokens):
         label = " ".join(w for w in words if w not in shared) or "(shared settings only)"
         layout = f"{est.tp}x{est.pp}" if est.tp else "-"
         usable = est.engine_budget_gb if est.engine_budget_gb is not None else est.usable_gb
         memory = [_plan_fmt(v) for v in (est.weights_gb, est.kv_gb, est.overhead_gb, est.total_gb, usable)]
         if est.fits:
-            notes = [u for u in est.unknown if u not in shared_unknown]
+            notes = [u for u in est.unknown if u not in said_once]
             if est.kv_pool_tokens is not None:
                 notes.insert(0, f"KV pool {est.kv_pool_tokens:,} tokens")
-            table.add_row(label, layout, *memory, _plan_fmt(est.decode_tps), plan_bound(est),
-                          *(_plan_wave(est, n) for n in levels), _plan_fmt(est.prefill_tps, 0), "; ".join(notes))
+            cells.append(([label, layout, *memory, _plan_fmt(est.decode_tps), plan_bound(est),
+                           *(_plan_wave(est, n) for n in levels), _plan_fmt(est.prefill_tps, 0), "; ".join(notes)], None))
         else:
-            table.add_row(label, layout, *memory, "-", "-", *("-" for _ in levels), "-", f"dropped: {est.reason}",
-                          style="dim")
+            cells.append(([label, layout, *memory, "-", "-", *("-" for _ in levels), "-", f"dropped: {est.reason}"], "dim"))
+    with_notes = any(row[-1] for row, _ in cells)  # a note column only where a row has a note of its own
+    # numbers never wrap: on a narrow terminal the candidate and note columns take the squeeze
+    table.add_column("candidate", overflow="fold", min_width=24 if not with_notes else 16)
+    for name in ("TPxPP", "weights", "KV", "overhead", "total", "usable", "decode", "bound",
+                 *(f"c{n}" for n in levels), "prefill"):
+        table.add_column(name, justify="right", no_wrap=True)
+    if with_notes:
+        table.add_column("note", overflow="fold", min_width=12)
+    for row, style in cells:
+        table.add_row(*(row if with_notes else row[:-1]), style=style)
     return table
