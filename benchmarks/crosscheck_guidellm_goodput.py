@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import urllib.request
 import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autotune.bench import capacity  # noqa: E402
 from autotune.bench.client import OpenAIClient  # noqa: E402
@@ -42,6 +46,7 @@ from autotune.launchers.process import ServerProcess  # noqa: E402
 from autotune.model.files import resolve_model  # noqa: E402
 from autotune.models import SearchSpace, Slo  # noqa: E402
 from autotune.space.candidates import baseline, load_space  # noqa: E402
+from server_metrics import RUNNING, Sampler, window  # noqa: E402
 
 SEED = 1234  # autotune's client sends it with every request; GuideLLM is given the same in its body
 
@@ -50,17 +55,44 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpace, slo: Slo) -> dict[str, Any]:
+async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpace, slo: Slo,
+               sampler: Sampler | None) -> dict[str, Any]:
     work = space.workload
+    windows: list[tuple[float, float]] = []  # each level's wall-clock span, for the server's view of it
+
+    async def measure(client: Any, n: int) -> Any:
+        t0 = time.time()
+        level = await capacity.measure_level(client, work, slo, n, progress=say)
+        windows.append((t0, time.time()))
+        if sampler is not None:
+            say(f"  server during {n} streams: {server_line(window(sampler.polls, *windows[-1]))}")
+        return level
+
     async with OpenAIClient(base_url, served, tokenize_path=tokenize_path, timeout_s=work.request_timeout_s,
                             seed=SEED) as http:
         client = requests_for(http, work)
         await warm_up(client, work)
         started = time.monotonic()
         # each level printed as it is judged: a run cut by its time limit still shows what it measured
-        report = await capacity.search(slo, lambda n: capacity.measure_level(client, work, slo, n, progress=say))
+        report = await capacity.search(slo, lambda n: measure(client, n))
+    levels = [lv.model_dump(mode="json") for lv in report.levels]
+    for level, span in zip(levels, windows):
+        level["window"] = list(span)
+        level["server"] = window(sampler.polls, *span) if sampler is not None else {}
     return {"seconds": round(time.monotonic() - started, 1), "capacity": report.capacity, "stop": report.stop.value,
-            "levels": [lv.model_dump(mode="json") for lv in report.levels]}
+            "levels": levels}
+
+
+def server_line(seen: dict[str, Any]) -> str:
+    if not seen:
+        return "no /metrics polls inside the level"
+    return (f"{seen['running_mean']} requests running on average, {seen['generated_tps']} tok/s generated, "
+            f"{seen['requests']} first tokens, {_pct(seen['ttft_le_1s'])} within 1 s (mean {seen['ttft_mean_ms']} ms), "
+            f"mean ITL {seen['itl_mean_ms']} ms")
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:.1%}"
 
 
 def scenario(base_url: str, served: str, space: SearchSpace, slo: Slo, data: Path, out: Path, seconds: float,
@@ -90,7 +122,7 @@ def scenario(base_url: str, served: str, space: SearchSpace, slo: Slo, data: Pat
     }
 
 
-def guidellm(executable: str, spec: dict[str, Any], out: Path, round_: int) -> dict[str, Any]:
+def guidellm(executable: str, spec: dict[str, Any], out: Path, round_: int, sampler: Sampler | None) -> dict[str, Any]:
     path = out / f"guidellm-scenario-{round_}.json"
     path.write_text(json.dumps({"spec": spec}, indent=2))
     started = time.monotonic()
@@ -102,7 +134,13 @@ def guidellm(executable: str, spec: dict[str, Any], out: Path, round_: int) -> d
         raise SystemExit(f"guidellm run failed ({done.returncode}); see {out / f'guidellm-{round_}.log'}")
     result = json.loads((out / "guidellm.json").read_text())
     (out / f"guidellm-{round_}.json").write_text(json.dumps(result))
-    return {"seconds": seconds, **levels_of(result, spec["profile"]["target_attainment"])}
+    found = levels_of(result, spec["profile"]["target_attainment"])
+    for level, bench in zip(found["levels"], result["benchmarks"]):
+        level["window"] = [bench["start_time"], bench["end_time"]]
+        level["server"] = window(sampler.polls, bench["start_time"], bench["end_time"]) if sampler is not None else {}
+        if sampler is not None:
+            say(f"  server during GuideLLM's {level['streams']} streams: {server_line(level['server'])}")
+    return {"seconds": seconds, **found}
 
 
 def levels_of(result: dict[str, Any], target: float) -> dict[str, Any]:
@@ -127,6 +165,22 @@ def levels_of(result: dict[str, Any], target: float) -> dict[str, Any]:
         })
     passing = [lv["streams"] for lv in levels if lv["guidellm_passed"]]
     return {"capacity": max(passing, default=0), "levels": levels}
+
+
+@contextlib.contextmanager
+def referee(base_url: str) -> Iterator[Sampler | None]:
+    """The server's own /metrics, polled for the whole run; None (and a line saying so) where the
+    server serves none (llama.cpp) or prometheus_client, which vLLM brings, is not installed."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as reply:
+            if RUNNING not in reply.read().decode():
+                raise OSError("no vLLM request metrics")
+    except (OSError, ValueError) as exc:
+        say(f"no server-side view: {base_url}/metrics: {exc}")
+        yield None
+        return
+    with Sampler(base_url) as sampler:
+        yield sampler
 
 
 def main() -> None:
@@ -166,7 +220,8 @@ def main() -> None:
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": prompts[i % len(prompts)]}]}) + "\n"
                             for i in range(rows)))
     rounds: list[dict[str, Any]] = []
-    with ServerProcess(launch, out / "crosscheck_server.log", startup_timeout_s=space.workload.startup_timeout_s) as server:
+    with ServerProcess(launch, out / "crosscheck_server.log", startup_timeout_s=space.workload.startup_timeout_s) as server, \
+            referee(server.base_url) as sampler:
         def write() -> None:  # after each tool's side: a run cut by its time limit keeps what it measured
             report = {"space": space.name, "slo": slo.model_dump(mode="json"),
                       "workload": space.workload.model_dump(mode="json"), "launch": launch.server.argv,
@@ -174,14 +229,15 @@ def main() -> None:
             (out / "crosscheck_goodput.json").write_text(json.dumps(report, indent=2))
 
         for i in range(args.rounds):
-            mine = asyncio.run(ours(server.base_url, served, engine.tokenize_path, space, slo))
+            mine = asyncio.run(ours(server.base_url, served, engine.tokenize_path, space, slo, sampler))
             print(f"round {i + 1}: autotune {mine['capacity']} streams", flush=True)
             rounds.append({"autotune": mine})
             write()
             if args.guidellm is None:
                 continue
             theirs = guidellm(args.guidellm, scenario(server.base_url + "/v1", served, space, slo, data, out,
-                                                args.guidellm_seconds, args.guidellm_transient), out, i + 1)
+                                                args.guidellm_seconds, args.guidellm_transient), out, i + 1,
+                              sampler)
             print(f"round {i + 1}: guidellm {theirs['capacity']} streams", flush=True)
             rounds[-1]["guidellm"] = theirs
             write()

@@ -158,7 +158,9 @@ if unknown:  # this version's SpeculativeConfig has no such field
 MAX_K = int(spec["num_speculative_tokens"]) if spec else 0
 SCHEDULE = (spec or {{}}).get("num_speculative_tokens_per_batch_size") or [[1, 1 << 30, MAX_K]]
 LOCK = threading.Lock()
-state = {{"drafts": 0, "draft_tokens": 0, "accepted": 0, "generations": 0, "in_flight": 0}}
+state = {{"drafts": 0, "draft_tokens": 0, "accepted": 0, "generations": 0, "in_flight": 0,
+         # the request metrics vLLM's /metrics serves (a server-side view for the capacity cross-check)
+         "generated": 0, "ttft_count": 0, "ttft_sum": 0.0, "ttft_le_1": 0, "itl_count": 0, "itl_sum": 0.0}}
 
 
 def draft_k(batch):
@@ -233,11 +235,26 @@ class H(BaseHTTPRequestHandler):
             self.reply(200, "vllm:spec_decode_num_drafts_total{{engine=\"0\"}} %d\n"
                             "vllm:spec_decode_num_draft_tokens_total{{engine=\"0\"}} %d\n"
                             "vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\"}} %d\n"
-                            % (state["drafts"], state["draft_tokens"], state["accepted"]), "text/plain")
+                            % (state["drafts"], state["draft_tokens"], state["accepted"])
+                       + "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\"}} %d\n"
+                         "# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{{engine=\"0\"}} %d\n"
+                         "# TYPE vllm:time_to_first_token_seconds histogram\n"
+                         "vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"1.0\"}} %d\n"
+                         "vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"+Inf\"}} %d\n"
+                         "vllm:time_to_first_token_seconds_count{{engine=\"0\"}} %d\n"
+                         "vllm:time_to_first_token_seconds_sum{{engine=\"0\"}} %f\n"
+                         "# TYPE vllm:inter_token_latency_seconds histogram\n"
+                         "vllm:inter_token_latency_seconds_bucket{{engine=\"0\",le=\"+Inf\"}} %d\n"
+                         "vllm:inter_token_latency_seconds_count{{engine=\"0\"}} %d\n"
+                         "vllm:inter_token_latency_seconds_sum{{engine=\"0\"}} %f\n"
+                         % (state["in_flight"], state["generated"], state["ttft_le_1"], state["ttft_count"],
+                            state["ttft_count"], state["ttft_sum"], state["itl_count"], state["itl_count"],
+                            state["itl_sum"]), "text/plain")
         else:
             self.reply(404, "{{}}")
 
     def do_POST(self):
+        arrived = time.monotonic()
         print(f'INFO:     127.0.0.1 - "POST {{self.path}} HTTP/1.1"', flush=True)  # as uvicorn's access log
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/tokenize":
@@ -282,6 +299,15 @@ class H(BaseHTTPRequestHandler):
                 i += per_chunk
                 choice = {{"delta": {{"content": piece}}}} if chat else {{"text": piece}}
                 send({{"choices": [choice]}})
+                now = time.monotonic()
+                with LOCK:
+                    state["generated"] += per_chunk
+                    if i == per_chunk:  # the first token
+                        state["ttft_count"] += 1; state["ttft_sum"] += now - arrived
+                        state["ttft_le_1"] += now - arrived <= 1.0
+                    else:
+                        state["itl_count"] += per_chunk; state["itl_sum"] += now - last
+                last = now
                 if per_chunk > 1:
                     state["drafts"] += 1; state["accepted"] += per_chunk - 1
                     state["draft_tokens"] += draft_k(state["in_flight"])
