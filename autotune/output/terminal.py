@@ -150,6 +150,8 @@ class RichReporter:
         self.confirming = False
         self.launch_started = self.t0
         self.parallel = 1  # trials in flight at once: the trials left take ceil(left / parallel) trial times
+        self.planned_s: float | None = None  # the forecast's whole run
+        self.revised = False  # the whole run re-estimated once, after the first trial measured here
 
     def study_planned(self, plan: RunForecast) -> None:
         self.total = plan.measured + plan.trials
@@ -161,6 +163,8 @@ class RichReporter:
         self.estimate_s = plan.trial_s
         self.relaunch_s = plan.relaunch_s
         self.parallel = plan.parallel
+        self.planned_s = plan.wall_s
+        self.revised = plan.measured > 0  # a resume's plan is priced from this study's own trials already
         self.console.print(forecast_text(plan))
 
     def _typical(self) -> list[float]:
@@ -275,6 +279,11 @@ class RichReporter:
                 f"{f', {self.parallel} at a time' if self.parallel > 1 else ''}{relaunch} + "
                 f"{self.confirm_launches} confirmation launches)[/]"
             )
+            if len(self.durations) == 1 and not self.revised:  # the first launch measured on this host
+                self.revised = True
+                whole = time.monotonic() - self.t0 + eta
+                self.console.print(f"  revised estimate for the whole run: ~{fmt_duration(whole)} (the plan's "
+                                   f"~{fmt_duration(self.planned_s)}), from this host's first measured trial")
 
     def trial_skipped(self, result: TrialResult) -> None:
         self.console.print(f"[dim]skipped #{result.number}: {result.reason}[/]")
