@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from collections.abc import Callable, Iterator
 
 from autotune.commands.setup import predicted_order
 from autotune.errors import AutotuneError, ConfigError, EnvironmentFailed
 from autotune.failures.learning import environment_of
 from autotune.hardware.profiles import describe
-from autotune.launchers.base import free_port
 from autotune.models import (
     ConfirmationLaunch,
     GatePolicy,
@@ -36,12 +36,14 @@ from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.relaunches import Relaunch
 from autotune.store import ENVIRONMENT
 from autotune.study.tuner import Reporter, StudyOutcome, TimeBudget, Tuner, outcome_of
+from autotune.trial.launch import Launch, Purpose
+from autotune.trial.run import EngineLaunch
 from autotune.verdict.confirmation import rounds_done
 from autotune.verdict.noise import LaunchNoise
 
 
 def relaunch_baseline_for_noise(
-    plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
+    launch: Launch, plan: SearchPlan, outcome: StudyOutcome, host_key: str, launches: int, budget: TimeBudget,
     events: Callable[[str], None], announce: Callable[[Relaunch], None], pool: BoxPool | None = None,
 ) -> int:
     """Relaunch the baseline (decode only) until it has `launches` + 1 launches in this study, its
@@ -58,7 +60,7 @@ def relaunch_baseline_for_noise(
                                                                    plan.store.relaunch_seconds(plan.study))))):
         announce(Relaunch.noise(i + 1, wanted))
         with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
-            again = relaunch(ctx, base, f"noise-{have + i}-trial-{base.number:03d}", free_port(), events)
+            again = relaunch(launch, Purpose.NOISE, ctx, base, f"noise-{have + i}-trial-{base.number:03d}", events)
         if again.objective is not None:
             plan.store.add_launch_sample(host_key, plan.space.engine, plan.study, base.candidate, again.objective, "noise",
                                          base.number, metric=plan.space.objective.sample_metric, energy=again.energy,
@@ -80,26 +82,31 @@ def run(
     wait_s: float | None = None,
     on_wait: Callable[[StudyOwner], None] | None = None,
     on_owned: Callable[[], None] | None = None,
+    launch: Launch = EngineLaunch(),
+    clock: Callable[[], float] = time.monotonic,
 ) -> StudyOutcome:
     """Run the study, owning it for the whole run: another process on the same study is refused
-    (StudyBusy) or, with `wait_s`, waits that long for it."""
+    (StudyBusy) or, with `wait_s`, waits that long for it. Every engine start goes through `launch`;
+    the time budget reads `clock`."""
     assert plan.store is not None
     with StudyLock(plan.store, plan.study, wait_s=wait_s, on_wait=on_wait):
         if on_owned is not None:  # e.g. the forecast: printed once this process owns the study
             on_owned()
         return _run_owned(
-            plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference, time_budget_s, reporter,
+            launch, plan, trials, seed, confirm_rounds, noise_relaunches, qeval_reference,
+            TimeBudget(time_budget_s, clock), reporter,
         )
 
 
 def _run_owned(
+    launch: Launch,
     plan: SearchPlan,
     trials: int,
     seed: int,
     confirm_rounds: int,
     noise_relaunches: int,
     qeval_reference: int | None,
-    time_budget_s: float | None,
+    budget: TimeBudget,
     reporter: Reporter | None,
 ) -> StudyOutcome:
     assert plan.store is not None
@@ -113,9 +120,9 @@ def _run_owned(
     )
     if qeval_reference is not None:
         plan.store.set_study_reference(plan.study, qeval_reference)
-    budget = TimeBudget(time_budget_s)
     with pool_of(plan) as pool:
-        return _run_on_pool(plan, pool, host_key, budget, trials, seed, confirm_rounds, noise_relaunches, reporter)
+        return _run_on_pool(launch, plan, pool, host_key, budget, trials, seed, confirm_rounds, noise_relaunches,
+                            reporter)
 
 
 @contextlib.contextmanager
@@ -130,7 +137,7 @@ def pool_of(plan: SearchPlan) -> Iterator[BoxPool | None]:
 
 
 def _run_on_pool(
-    plan: SearchPlan, pool: BoxPool | None, host_key: str, budget: TimeBudget, trials: int, seed: int,
+    launch: Launch, plan: SearchPlan, pool: BoxPool | None, host_key: str, budget: TimeBudget, trials: int, seed: int,
     confirm_rounds: int, noise_relaunches: int, reporter: Reporter | None,
 ) -> StudyOutcome:
     assert plan.store is not None
@@ -150,19 +157,20 @@ def _run_on_pool(
         parallel=plan.parallel,
         per_trial=plan.nodes,
         boxes=plan.pool_cluster,
+        launch=launch,
     )
     result = tuner.run()
     events = reporter.trial_event if reporter else (lambda _: None)
     announce = reporter.relaunch_started if reporter else (lambda _: None)
-    result = _confirm(plan, result, host_key, confirm_rounds, budget, events, announce, pool)
+    result = _confirm(launch, plan, result, host_key, confirm_rounds, budget, events, announce, pool)
     # after the confirmation: its rounds relaunched the baseline, and those launches count
-    if relaunch_baseline_for_noise(plan, result, host_key, noise_relaunches, budget, events, announce, pool):
+    if relaunch_baseline_for_noise(launch, plan, result, host_key, noise_relaunches, budget, events, announce, pool):
         result = outcome_of(plan.store, plan.study, result.exhausted, result.stopped)
-    return _draft_schedule(plan, result, host_key, budget, events, pool)
+    return _draft_schedule(launch, plan, result, host_key, budget, events, pool)
 
 
 def _draft_schedule(
-    plan: SearchPlan, result: StudyOutcome, host_key: str, budget: TimeBudget, events: Callable[[str], None],
+    launch: Launch, plan: SearchPlan, result: StudyOutcome, host_key: str, budget: TimeBudget, events: Callable[[str], None],
     pool: BoxPool | None,
 ) -> StudyOutcome:
     """The draft length per batch size composed from the trials and confirmed in one launch (after
@@ -174,12 +182,12 @@ def _draft_schedule(
     def noise() -> LaunchNoise | None:
         return store.launch_noise(host_key, plan.space.engine, objective.sample_metric)
 
-    store.save_draft_schedule(schedule_study(plan, result, noise, budget, events, pool))
+    store.save_draft_schedule(schedule_study(launch, plan, result, noise, budget, events, pool))
     return outcome_of(store, plan.study, result.exhausted, result.stopped)
 
 
 def _confirm(
-    plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
+    launch: Launch, plan: SearchPlan, result: StudyOutcome, host_key: str, confirm_rounds: int, budget: TimeBudget,
     events: Callable[[str], None], announce: Callable[[Relaunch], None], pool: BoxPool | None = None,
 ) -> StudyOutcome:
     """The best trial against the baseline in interleaved relaunches (autotune/study/confirm.py): the rounds
@@ -222,7 +230,7 @@ def _confirm(
     prior = store.launch_noise(host_key, plan.space.engine, plan.space.objective.sample_metric, exclude=own)
     with on_boxes(pool if rounds else None, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, boxes):
         held[0] = boxes
-        store.save_confirmation(confirm(ctx, best, base, rounds, free_port, keep, events, announce, prior, earlier,
+        store.save_confirmation(confirm(launch, ctx, best, base, rounds, keep, events, announce, prior, earlier,
                                         total=confirm_rounds, clock=budget.clock,
                                         slowed=lambda: store.slowed_samples(host_key, plan.space.engine)))
     cut = None

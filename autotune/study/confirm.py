@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 from autotune.models import Confirmation, ConfirmationLaunch, GatePolicy, TrialResult
 from autotune.study.relaunches import Relaunch
-from autotune.trial.run import TrialContext, objective_only, run_trial
+from autotune.trial.context import TrialContext, objective_only
+from autotune.trial.launch import Launch, LaunchRequest, Purpose
 from autotune.verdict.confirmation import rounds_done, verdict_of
 from autotune.verdict.noise import LaunchNoise
 
@@ -33,19 +34,18 @@ def decode_only(ctx: TrialContext) -> TrialContext:
 
 
 def relaunch(
-    ctx: TrialContext, arm: TrialResult, log_name: str, port: int, events: Callable[[str], None]
+    launch: Launch, purpose: Purpose, ctx: TrialContext, arm: TrialResult, log_name: str, events: Callable[[str], None]
 ) -> TrialResult:
     """One decode-only launch of a measured config (its objective None when it failed)."""
-    return run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
-                     log_name=log_name)
+    return launch(LaunchRequest(decode_only(ctx), arm.candidate, arm.number, purpose, log_name=log_name, events=events))
 
 
 def confirm(
+    launch: Launch,
     ctx: TrialContext,
     best: TrialResult,
     baseline: TrialResult,
     rounds: int,
-    port_for: Callable[[], int],
     keep: KeepLaunch,
     events: Callable[[str], None] = lambda _: None,
     announce: Callable[[Relaunch], None] = lambda _: None,
@@ -65,7 +65,7 @@ def confirm(
         for arm in (baseline, best):
             announce(Relaunch.confirmation(round_, total, arm.number))
             started = clock()
-            result = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
+            result = relaunch(launch, Purpose.CONFIRMATION, ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", events)
             launches.append(keep(arm, round_, result, clock() - started))
     return verdict_of(ctx.study, best, baseline, launches, prior, ctx.space.objective.confirm_alpha, rounds,
                       slowed())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.launchers.base import free_port
 from autotune.models import (
     SCHEDULE_KEY,
     Candidate,
@@ -30,7 +29,8 @@ from autotune.study.leases import BoxPool
 from autotune.study.parallel import on_boxes
 from autotune.study.plan import SearchPlan
 from autotune.study.tuner import StudyOutcome, TimeBudget, typical_trial_s
-from autotune.trial.run import objective_only, run_trial
+from autotune.trial.context import objective_only
+from autotune.trial.launch import Launch, LaunchRequest, Purpose
 from autotune.verdict.draft_schedule import judge_levels
 from autotune.verdict.noise import LaunchNoise
 
@@ -120,7 +120,7 @@ def schedule_candidate(trial: TrialResult, schedule: DraftSchedule) -> Candidate
 
 
 def confirm_schedule(
-    plan: SearchPlan, report: DraftScheduleReport, anchor: TrialResult, noise_of: NoiseOf,
+    launch: Launch, plan: SearchPlan, report: DraftScheduleReport, anchor: TrialResult, noise_of: NoiseOf,
     events: Callable[[str], None], pool: BoxPool | None = None,
 ) -> DraftScheduleReport:
     """One launch of the schedule (decode and every concurrency level, no accuracy), judged against
@@ -130,9 +130,9 @@ def confirm_schedule(
     levels = [x.concurrency for x in report.levels]
     events(f"draft schedule {report.schedule.text()}: one launch against trial {anchor.number}")
     with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, _boxes):
-        run_ctx = objective_only(ctx, concurrency=levels).model_copy(
-            update={"gates": GatePolicy.NO_ACCURACY, "port": free_port()})
-        result = run_trial(run_ctx, candidate, anchor.number, events, log_name=f"draft-schedule-trial-{anchor.number:03d}")
+        run_ctx = objective_only(ctx, concurrency=levels).model_copy(update={"gates": GatePolicy.NO_ACCURACY})
+        result = launch(LaunchRequest(run_ctx, candidate, anchor.number, Purpose.DRAFT_SCHEDULE,
+                                      log_name=f"draft-schedule-trial-{anchor.number:03d}", events=events))
     config = None
     if result.launch is not None:
         argv = result.launch.server.argv
@@ -146,7 +146,7 @@ def confirm_schedule(
 
 
 def schedule_study(
-    plan: SearchPlan, outcome: StudyOutcome, noise_of: NoiseOf, budget: TimeBudget,
+    launch: Launch, plan: SearchPlan, outcome: StudyOutcome, noise_of: NoiseOf, budget: TimeBudget,
     events: Callable[[str], None], pool: BoxPool | None = None,
 ) -> DraftScheduleReport:
     """The study's draft schedule: why none, composed, or composed and confirmed in one launch."""
@@ -159,4 +159,4 @@ def schedule_study(
     late = budget.refusal(typical_trial_s(outcome.trials), "a launch")
     if late:
         return report.model_copy(update={"why": f"composed from the trials; its launch skipped: {late}"})
-    return confirm_schedule(plan, report, anchor, noise_of, events, pool)
+    return confirm_schedule(launch, plan, report, anchor, noise_of, events, pool)

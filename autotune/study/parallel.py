@@ -24,7 +24,7 @@ import optuna
 from autotune.models import Candidate, Cluster, TrialResult
 from autotune.study.forecast import fmt_duration
 from autotune.study.leases import BoxPool, Lease, boxes_label
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 
 @dataclass

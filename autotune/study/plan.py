@@ -22,7 +22,7 @@ from autotune.space.candidates import (
     enumerate_candidates,
 )
 from autotune.store import Store
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 
 class SearchPlan(BaseModel):

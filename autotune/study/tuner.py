@@ -35,8 +35,6 @@ from autotune.study.deferred import (
 )
 from autotune.gates.dominated import DominatedCheck, dominated_check
 from autotune.errors import NoValidCandidate
-from autotune.launchers import stop_all as stop_engines
-from autotune.launchers.base import free_port
 from autotune.failures.learning import (
     as_environment, environment_failed, environment_of, learn_from_failure, shared_failure,
 )
@@ -60,12 +58,11 @@ from autotune.space.candidates import Pruner, baseline, enumerate_candidates, ma
 from autotune.store import ATTEMPTS_BEFORE_FAILURE, CUT_STATUSES, ENVIRONMENT, RERUN_STATUSES, Store, attempt_boxes
 from autotune.study.view import StudyTrials
 from autotune.verdict.tradeoffs import tradeoffs
-from autotune.trial.run import TrialContext, run_trial
+from autotune.trial.context import TrialContext
+from autotune.trial.launch import Launch, LaunchRequest, Purpose
+from autotune.trial.run import EngineLaunch
 
 MAX_IDLE_ASKS = 25
-#: how a trial is measured: launch the engine (run_trial), or a stand-in that replays a measured
-#: table; called as launch(ctx, candidate, number, events, dominated=check or None, reuse=trial or None)
-TrialLaunch = Callable[..., TrialResult]
 STATUS_ATTR = "autotune_status"  # Optuna user attribute naming an attempt's autotune status
 
 
@@ -315,7 +312,7 @@ class Tuner:
         budget: TimeBudget | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
         storage: optuna.storages.BaseStorage | None = None,
-        launch: TrialLaunch = run_trial,
+        launch: Launch = EngineLaunch(),
         learn_accuracy_classes: bool = True,
         pool: BoxPool | None = None,
         parallel: int = 1,
@@ -430,10 +427,11 @@ class Tuner:
         """Launch the passed trial's candidate with `values` put on it and judge its accuracy gates."""
         candidate = make_candidate(self.ctx.space, {**self._knob_values(passed.candidate), **values})
         logs = self.ctx.logs_dir / "class-isolation" / f"{failure.trial:03d}-{step}"
-        ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
+        ctx = gates_relaunch_context(self.ctx).model_copy(update={"logs_dir": logs})
         self.reporter.relaunch_started(Relaunch.isolation(candidate, failure.trial))
         with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, _):
-            result = self.launch(leased, candidate, failure.trial, self.reporter.trial_event, dominated=None, reuse=None)
+            result = self.launch(LaunchRequest(leased, candidate, failure.trial, Purpose.CLASS_ISOLATION,
+                                               events=self.reporter.trial_event))
         gates = evaluate_gates(result, self._reference(), self.ctx.space.gates)
         judged = own_accuracy(result, gates)
         failed = failed_on(judged, failure.gates) is True
@@ -656,7 +654,7 @@ class Tuner:
         several are in flight)."""
         self.reporter.trial_started(trial.number, launched, self.trials, candidate)
         lease = self.pool.lease(self.per_trial) if self.pool is not None else None
-        ctx = leased_context(self.ctx, lease, self.boxes).model_copy(update={"port": free_port()})
+        ctx = leased_context(self.ctx, lease, self.boxes)
         flight = Flight(trial=trial, candidate=candidate, ctx=ctx, boxes=lease.boxes if lease else (),
                         wait_needle=self._reference_needle_waits(trial.number))
 
@@ -671,8 +669,8 @@ class Tuner:
         self.store.begin_attempt(self.ctx.study, trial.number, candidate, socket.gethostname(), os.getpid(),
                                  boxes=flight.boxes)
         launch_ctx = reference_context(ctx) if flight.wait_needle else ctx
-        launches.submit(flight, lease, lambda: self.launch(launch_ctx, candidate, trial.number, events,
-                                                           dominated=check, reuse=donor))
+        request = LaunchRequest(launch_ctx, candidate, trial.number, events=events, dominated=check, reuse=donor)
+        launches.submit(flight, lease, lambda: self.launch(request))
         if self.parallel > 1:
             self._report_flights(launches.flights(), typical_trial_s(self.view.all()), launched)
 
@@ -702,7 +700,7 @@ class Tuner:
             t.number == result.number for t in shared_failure([*before, result], baseline(space)))
         with on_boxes(self.pool if isolates and not shared else None, self.per_trial, flight.ctx, self.boxes) as (ctx, _):
             if not shared and learn_from_failure(ctx, self.store, self.host_key, result, baseline(space),
-                                                 self.reporter.trial_event):
+                                                 self.launch, self.reporter.trial_event):
                 self.failures = self.store.learned_failures(self.host_key, space.engine)
         tell(study, trial, result)
         for twin in twins:  # the same candidate, asked while this one ran
@@ -739,7 +737,7 @@ class Tuner:
         """Every trial still in flight when the controller stops: its engine stopped, its attempt
         recorded as `status` on its boxes (re-run once on resume)."""
         cut = [(flight, reason(flight)) for flight in launches.flights()]  # the stage each was cut in
-        launches.stop(stop_engines)
+        launches.stop(self.launch.stop_all)
         for flight, why in cut:
             self._cut(study, flight.number, flight.candidate, status, why, flight.boxes)
         launches.running.clear()
@@ -754,12 +752,12 @@ class Tuner:
 
         def relaunch(trial: TrialResult, logs: Path) -> TrialResult:
             self.reporter.relaunch_started(Relaunch.gates(trial.candidate, trial.number))
-            ctx = gates_relaunch_context(self.ctx).model_copy(update={"port": free_port(), "logs_dir": logs})
+            ctx = gates_relaunch_context(self.ctx).model_copy(update={"logs_dir": logs})
             donor = self._accuracy_donor(trial.candidate, trial.number)
             with on_boxes(self.pool, self.per_trial, ctx, self.boxes) as (leased, boxes):
                 held[trial.number] = boxes
-                return self.launch(leased, trial.candidate, trial.number, self.reporter.trial_event, dominated=None,
-                                   reuse=donor)
+                return self.launch(LaunchRequest(leased, trial.candidate, trial.number, Purpose.GATES,
+                                                 events=self.reporter.trial_event, reuse=donor))
 
         def save(merged: TrialResult, result: TrialResult) -> None:
             gates = evaluate_gates(merged, self._reference(), self.ctx.space.gates,
