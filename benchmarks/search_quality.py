@@ -59,14 +59,17 @@ from autotune.bench.throughput import objective_value
 from autotune.engines import get_engine
 from autotune.hardware.profiles import resolve_hardware
 from autotune.models import Candidate, FailureInfo, GatePolicy, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
-from autotune.verdict.noise import pooled
+from autotune.verdict.noise import NoiseKey, pooled
 from autotune.planner.roofline import estimate, fits_check
 from autotune.gates.score import evaluate_gates
-from autotune.commands.setup import launchable, planner_order
+from autotune.planner.prior import planner_order
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, needle_check, probes_check
+from autotune.space.layout import launchable
 from autotune.store import Store
 from autotune.study.leases import BoxPool
-from autotune.study.tuner import SilentReporter, Tuner
+from autotune.study.parallel import Boxes
+from autotune.study.reporter import SilentReporter
+from autotune.study.tuner import Tuner
 from autotune.trial.context import TrialContext
 from autotune.trial.launch import LaunchRequest
 from ground_truth import machine_fit
@@ -299,8 +302,8 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
     for entry in table.entries.values():
         candidate = Candidate.model_validate({"engine": table.space.engine, "params": entry["params"], "env": entry["env"]})
         for i, launch in enumerate(l for l in entry["launches"] if l["status"] == "ok" and l["objective"]):
-            store.add_launch_sample(host_key, table.space.engine, "ground-truth", candidate, launch["objective"], "table", i,
-                                    metric=table.space.objective.metric)
+            store.add_launch_sample(NoiseKey(host=host_key, engine=table.space.engine, metric=table.space.objective.metric),
+                                    "ground-truth", candidate, launch["objective"], "table", i)
 
 
 def replay_one(
@@ -360,7 +363,7 @@ def replay_one(
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     tuner = Tuner(
         ctx, store, pruner, host_key, trials=budget, seed=seed, reporter=SilentReporter(),
-        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), pool=pool, **options,
+        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), boxes=Boxes(pool), **options,
     )
     outcome = tuner.run()
     best = outcome.best

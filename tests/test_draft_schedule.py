@@ -20,7 +20,7 @@ from autotune.models import Candidate, DraftSchedule, ScheduleLevel, ScheduleSta
 from autotune.space.candidates import load_space
 from autotune.store import Store
 from autotune.verdict.draft_schedule import judge_levels
-from autotune.verdict.noise import LaunchNoise
+from autotune.verdict.noise import LaunchNoise, NoiseKey
 
 # ---------------------------------------------------------------------- the schedule's form
 
@@ -117,8 +117,8 @@ def earlier_launch_noise(db, space_path) -> None:
     host_key = host_fingerprint(detect(), get_engine("vllm")).key()
     store, earlier = Store(db), Candidate(engine="vllm", params={"draft_k": 2})
     for i, value in enumerate([100.0, 106.0, 95.0, 103.0]):
-        store.add_launch_sample(host_key, "vllm", "earlier", earlier, value, "noise", i,
-                                metric=space.objective.sample_metric)
+        store.add_launch_sample(NoiseKey(host=host_key, engine="vllm", metric=space.objective.sample_metric),
+                                "earlier", earlier, value, "noise", i)
 
 
 def test_on_0_33_the_study_composes_a_schedule_confirms_it_in_one_launch_and_exports_it(tmp_path, monkeypatch, capsys):
@@ -213,6 +213,5 @@ def test_the_schedule_launch_runs_no_accuracy_gates(tmp_path):
                                  schedule=DraftSchedule.parse("1:4/4:2"),
                                  levels=[ScheduleLevel(concurrency=c, metric="m", tps_by_k={4: 1.0}, draft_k=4)
                                          for c in (1, 4)])
-    plan = SimpleNamespace(nodes=1, ctx=ctx, pool_cluster=None)
-    draft_schedule.confirm_schedule(launch, plan, report, anchor, lambda: None, lambda _: None)
+    draft_schedule.confirm_schedule(launch, ctx, report, anchor, lambda: None)
     assert [r.ctx.gates for r in launch.requests] == [GatePolicy.NO_ACCURACY]

@@ -171,7 +171,7 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
     failed = TrialResult(study="t", number=1, status="failed", candidate=kv("q4_0", False), failure=failure)
     assert learn_from_failure(ctx, store, "host", failed, kv("f16", False), StandIn())
     given = Pruner([])
-    pruner = Tuner(ctx, store, given, "host", trials=1).pruner  # the study's pre-launch check on learned failures
+    pruner = Tuner(ctx, store, given, "host", trials=1, launch=StandIn()).pruner  # the study's pre-launch check on learned failures
     assert given.checks == []  # the caller's pruner is not changed
     assert pruner.reason(kv("q4_0", False)) == "learned: flash_attn=False, type_v=q4_0 failed with kv_quant_needs_flash_attn in trial 1"
     assert pruner.reason(kv("q8_0", False)) == "learned: flash_attn=False, type_v=q8_0 failed with kv_quant_needs_flash_attn in trial 1"

@@ -52,10 +52,12 @@ def plan_of(tmp_path, tries: list[str] | None = None):
 
 
 def tuner(plan, launch, trials: int, pool: BoxPool | None, parallel: int):
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.parallel import Boxes
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     return Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=trials, reporter=SilentReporter(), launch=launch,
-                 first=plan.first, pool=pool, parallel=parallel)
+                 first=plan.first, boxes=Boxes(pool), parallel=parallel)
 
 
 def test_the_default_is_as_many_in_flight_as_the_boxes_allow() -> None:

@@ -20,7 +20,8 @@ SPACE = (
 def _tuner(tmp_path, launch: StandIn, trials: int):
     pytest.importorskip("llama_cpp")
     from autotune.commands.setup import prepare
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     space = tiny_llamacpp_space(tmp_path, SPACE)
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",

@@ -21,7 +21,8 @@ SPACE = (
 def test_a_study_reads_its_trials_from_runs_db_once_not_per_decision(tmp_path, monkeypatch):
     pytest.importorskip("llama_cpp")
     from autotune.commands.setup import prepare
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     reads: Counter[str] = Counter()
     for name in ("trials", "trial", "trial_by_candidate", "cut_attempts"):

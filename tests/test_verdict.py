@@ -291,7 +291,7 @@ def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_
 
 
 def test_a_named_qeval_reference_replaces_a_baseline_without_qeval(tmp_path):
-    from autotune.study.tuner import outcome_of
+    from autotune.study.outcome import outcome_of
 
     store = _store_with(tmp_path, None)
     space = load_space("llamacpp-gemma3-270m")
@@ -386,7 +386,7 @@ def test_no_winner_counts_the_unchecked_trials_by_their_standing_not_their_wordi
     from rich.console import Console
 
     from autotune.output import terminal
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
 
     gated = [GateOutcome(gate="qeval", status="unchecked", detail="no reference")]
     trials = [_trial(n, 10.0).model_copy(update={"gates": gated}) for n in (0, 1)]
