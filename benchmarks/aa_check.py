@@ -24,8 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotune.commands import search  # noqa: E402
 from autotune.commands.setup import prepare  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
-from autotune.launchers.base import free_port  # noqa: E402
+from autotune.study.reporter import SilentReporter  # noqa: E402
 from autotune.model.files import resolve_model  # noqa: E402
+from autotune.models import ConfirmationLaunch  # noqa: E402
+from autotune.trial.run import EngineLaunch  # noqa: E402
+from autotune.verdict.noise import NoiseKey  # noqa: E402
 from autotune.space.candidates import load_space  # noqa: E402
 
 SPACE = """
@@ -72,15 +75,18 @@ def main() -> int:
         assert plan.store is not None
         base = next(t for t in outcome.trials if t.number == 0)
         arm_b = next(t for t in outcome.trials if t.number != 0 and t.status == "ok")
-        host_key = plan.store.save_host(plan.host)
-        metric = plan.space.objective.metric
+        noise = NoiseKey(host=plan.store.save_host(plan.host), engine="llamacpp", metric=plan.space.objective.metric)
 
-        def keep(arm, value, source):
-            plan.store.add_launch_sample(host_key, "llamacpp", plan.study, arm.candidate, value, source, arm.number,
-                                         metric=metric)
+        def keep(arm, round_, again, seconds, plan=plan, arm_b=arm_b, base=base, noise=noise):
+            sample = None if again.objective is None else plan.store.add_launch_sample(
+                noise, plan.study, arm.candidate, again.objective, "confirm", arm.number)
+            return plan.store.add_confirmation_launch(ConfirmationLaunch(
+                id=0, study=plan.study, best_trial=arm_b.number, baseline_trial=base.number, round=round_,
+                trial=arm.number, objective=again.objective, duration_s=round(seconds, 3), sample_id=sample))
 
-        prior = plan.store.launch_noise(host_key, "llamacpp", metric)
-        result = confirm(plan.ctx, arm_b, base, args.rounds, free_port, prior=prior, on_sample=keep)
+        prior = plan.store.launch_noise(noise)
+        result = confirm(EngineLaunch(), plan.ctx, arm_b, base, args.rounds, keep, reporter=SilentReporter(),
+                         prior=prior)
         plan.store.save_confirmation(result)
         row = {
             "repeat": repeat,
@@ -96,7 +102,7 @@ def main() -> int:
         if not args.json:
             print(f"repeat {repeat}: trial ratio x{row['trial_ratio']:.3f}; {result.verdict}", flush=True)
     winners = sum(r["winner"] for r in rows)
-    final = plan.store.launch_noise(host_key, "llamacpp", plan.space.objective.metric)
+    final = plan.store.launch_noise(noise)
     summary = {"repeats": len(rows), "false_winners": winners, "rounds": args.rounds,
                "final_noise_sigma": final.sigma if final else None, "final_noise_df": final.df if final else None,
                "rows": rows}

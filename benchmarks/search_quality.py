@@ -22,7 +22,7 @@ gates of dominated candidates costs or changes; `same pick` says how often it pi
 default picks, seed for seed), `autotune-median` (the default with the space's
 `objective.mad_penalty` at 0: trials ranked by their median objective, not by the median less
 the spread of one launch's passes; every replayed launch is scored by the replayed study's own
-space, as `run_trial` scores it). Every strategy starts with the baseline
+space, as the engine's launch scores it). Every strategy starts with the baseline
 (the Tuner always runs it first) and is judged the same way: the config the study picks (its best
 ranked trial), valued at its true value in the table (mean objective over all its launches; a pick
 the table rules out counts 0), divided by the grid optimum (the best true value among candidates
@@ -46,7 +46,6 @@ import re
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -57,19 +56,22 @@ import optuna
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.throughput import objective_value
-from autotune.gates.dominated import DominatedCheck
 from autotune.engines import get_engine
 from autotune.hardware.profiles import resolve_hardware
 from autotune.models import Candidate, FailureInfo, GatePolicy, HardwareProfile, HostFingerprint, NeedleReport, QevalReport, SearchSpace, TrialResult
-from autotune.verdict.noise import pooled
+from autotune.verdict.noise import NoiseKey, pooled
 from autotune.planner.roofline import estimate, fits_check
 from autotune.gates.score import evaluate_gates
-from autotune.commands.setup import launchable, planner_order
+from autotune.planner.prior import planner_order
 from autotune.space.candidates import Pruner, baseline, enumerate_candidates, needle_check, probes_check
+from autotune.space.layout import launchable
 from autotune.store import Store
 from autotune.study.leases import BoxPool
-from autotune.study.tuner import SilentReporter, Tuner
-from autotune.trial.run import TrialContext
+from autotune.study.parallel import Boxes
+from autotune.study.reporter import SilentReporter
+from autotune.study.tuner import Tuner
+from autotune.trial.context import TrialContext
+from autotune.trial.launch import LaunchRequest
 from ground_truth import machine_fit
 
 STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
@@ -206,36 +208,10 @@ class Table:
         others = [l["objective"] for i, l in enumerate(launches) if i != drawn]
         return statistics.fmean(others) if others else self.truth[key]
 
-    def launch(self, seed: int) -> Callable[[TrialContext, Candidate, int, Callable[[str], None]], TrialResult]:
-        """The stand-in for run_trial: one stored launch of the candidate, drawn by (seed, candidate)."""
-
-        def replayed(
-            ctx: TrialContext, candidate: Candidate, number: int, events: Callable[[str], None],
-            dominated: DominatedCheck | None = None, reuse: TrialResult | None = None,
-        ) -> TrialResult:
-            entry = self.entries[candidate.key()]
-            if not entry["launches"]:
-                return self._learned_failure(ctx.study, number, candidate, entry)
-            drawn = entry["launches"][self.drawn_index(seed, candidate.key())]
-            stored = TrialResult.model_validate(drawn["result"])
-            result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
-            if result.status == "ok" and result.objective:  # as run_trial does: scored by the study's own space
-                value, score = objective_value(result.measurements, ctx.space.objective)
-                result = result.model_copy(update={"score": result.objective * score / value})  # the table rounds
-            result = self.with_accuracy(result)
-            if result.status == "ok":  # as run_trial does: only the gates the trial's space asks for
-                gates = ctx.space.gates
-                result = result.model_copy(update={"needle": result.needle if gates.needle else None,
-                                                   "qeval": result.qeval if gates.qeval else None})
-            ok = result.status == "ok" and result.objective and result.score is not None
-            skip = dominated(result.objective, result.score) if dominated and ok else None
-            if skip is not None:  # as run_trial does: throughput measured, gates skipped
-                result = result.model_copy(update={"needle": None, "qeval": None, **skip.fields()})
-            elif reuse is not None and result.status == "ok":  # as run_trial does: the donor's accuracy
-                result = result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
-            return result
-
-        return replayed
+    def launch(self, seed: int) -> Replayed:
+        """The stand-in for the engine's launch (a Launch of autotune/trial/launch.py): one stored
+        launch of the candidate, drawn by (seed, candidate)."""
+        return Replayed(self, seed)
 
     def _learned_failure(self, study: str, number: int, candidate: Candidate, entry: dict) -> TrialResult:
         reason = next(s["reason"] for s in entry["skipped"] if (s.get("reason") or "").startswith("learned:"))
@@ -265,6 +241,34 @@ class Table:
                     rule = self._rule_for(cand)
                     if rule:
                         failure["implicates"] = sorted(json.loads(rule["knob_values"]))
+
+
+class Replayed:
+    """A Launch that replays a table: a launch of a candidate is one of its stored launches, drawn by
+    (seed, candidate), scored by the study's own space, with the gates the request runs."""
+
+    def __init__(self, table: Table, seed: int) -> None:
+        self.table, self.seed = table, seed
+
+    def __call__(self, request: LaunchRequest) -> TrialResult:
+        table, ctx, candidate, number = self.table, request.ctx, request.candidate, request.number
+        entry = table.entries[candidate.key()]
+        if not entry["launches"]:
+            return table._learned_failure(ctx.study, number, candidate, entry)
+        drawn = entry["launches"][table.drawn_index(self.seed, candidate.key())]
+        stored = TrialResult.model_validate(drawn["result"])
+        result = stored.model_copy(update={"study": ctx.study, "number": number, "candidate": candidate, "gates": []})
+        if result.status != "ok":
+            return result
+        if result.objective:  # scored by the study's own space, as the engine's launch scores it
+            value, score = objective_value(result.measurements, ctx.space.objective)
+            result = result.model_copy(update={"score": result.objective * score / value})  # the table rounds
+        result = table.with_accuracy(result)
+        gates = request.gates(lambda: (result.objective, result.score))
+        return result.model_copy(update=gates.fields(result.needle, result.qeval))
+
+    def stop_all(self) -> None:
+        pass
 
 
 class Replay(BaseModel):
@@ -298,8 +302,8 @@ def seed_host_noise(table: Table, store: Store, host_key: str) -> None:
     for entry in table.entries.values():
         candidate = Candidate.model_validate({"engine": table.space.engine, "params": entry["params"], "env": entry["env"]})
         for i, launch in enumerate(l for l in entry["launches"] if l["status"] == "ok" and l["objective"]):
-            store.add_launch_sample(host_key, table.space.engine, "ground-truth", candidate, launch["objective"], "table", i,
-                                    metric=table.space.objective.metric)
+            store.add_launch_sample(NoiseKey(host=host_key, engine=table.space.engine, metric=table.space.objective.metric),
+                                    "ground-truth", candidate, launch["objective"], "table", i)
 
 
 def replay_one(
@@ -359,7 +363,7 @@ def replay_one(
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     tuner = Tuner(
         ctx, store, pruner, host_key, trials=budget, seed=seed, reporter=SilentReporter(),
-        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), pool=pool, **options,
+        storage=optuna.storages.InMemoryStorage(), launch=table.launch(seed), boxes=Boxes(pool), **options,
     )
     outcome = tuner.run()
     best = outcome.best

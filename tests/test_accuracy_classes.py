@@ -7,12 +7,10 @@ the launches are stand-ins."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from autotune.models import Candidate, NeedleCase, NeedleReport, QevalReport, TrialResult
-from stand_in import stand_in_plan
+from stand_in import StandIn, stand_in_plan
 
 SPACE = """name: classes
 engine: llamacpp
@@ -43,46 +41,38 @@ def qeval_of(candidate: Candidate) -> QevalReport:
 NEEDLE = NeedleReport(cases=[NeedleCase(length_tokens=512, prompt_tokens=530, depth=0.5, passed=True, expected="48213", answer="48213")], max_pass_length=512)
 
 
-class Engine:
-    """Stands in for run_trial: numbers by the candidate, gates as the study's check asks."""
+class Engine(StandIn):
+    """A stand-in launch: numbers by the candidate, gates as the request asks (`launched`: every
+    launch's trial number and knob values; `gated`: the trials whose gates ran in their own launch)."""
 
     def __init__(self) -> None:
-        self.launched: list[tuple[int, dict]] = []
-        self.gated: list[int] = []
+        super().__init__(lambda request: speed(request.candidate), needle=lambda request: NEEDLE,
+                         qeval=lambda request: qeval_of(request.candidate), duration_s=30.0)
 
-    def __call__(self, ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        self.launched.append((number, dict(candidate.params)))
-        value = speed(candidate)
-        result = TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=value,
-                             score=value, duration_s=30.0)
-        skip = dominated(value, value) if dominated else None
-        if skip is not None:
-            return result.model_copy(update=skip.fields())
-        if reuse is not None:
-            return result.model_copy(update={"needle": reuse.needle, "qeval": reuse.qeval, "accuracy_from": reuse.number})
-        self.gated.append(number)
-        gates = ctx.space.gates
-        return result.model_copy(update={"needle": NEEDLE if gates.needle else None,
-                                         "qeval": qeval_of(candidate) if gates.qeval else None})
+    @property
+    def launched(self) -> list[tuple[int, dict]]:
+        return [(r.number, dict(r.candidate.params)) for r in self.requests]
+
+    @property
+    def gated(self) -> list[int]:
+        return [t.number for t in self.results if t.status == "ok" and (t.needle or t.qeval) and t.accuracy_from is None]
 
 
-def _study(tmp_path, monkeypatch, trials: int = 8):
+def _study(tmp_path, trials: int = 8):
     pytest.importorskip("llama_cpp")
     from autotune.study import deferred
     from autotune.commands import search
-    from autotune.study import tuner
     from autotune.store import Store
 
     engine = Engine()
-    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=engine))
     plan = stand_in_plan(tmp_path, SPACE, accuracy=True)
     assert plan.ctx.engine.gates_at_end  # llama.cpp's default: a faster trial defers its gates
-    outcome = search.run(plan, trials=trials, confirm_rounds=0, noise_relaunches=0)
+    outcome = search.run(plan, trials=trials, confirm_rounds=0, noise_relaunches=0, launch=engine)
     return outcome, engine, Store(tmp_path / "runs.db"), deferred
 
 
-def test_a_failing_numerics_class_is_gated_early_learned_and_never_launched_again(tmp_path, monkeypatch):
-    outcome, engine, store, _ = _study(tmp_path, monkeypatch)
+def test_a_failing_numerics_class_is_gated_early_learned_and_never_launched_again(tmp_path):
+    outcome, engine, store, _ = _study(tmp_path)
     q4 = [n for n, p in engine.launched if p["type_k"] == "q4_0"]
     # before: all four q4_0 candidates were launched (each deferring its gates), then relaunched to
     # fail one by one at the end; now the first one that leads is gated in its own launch
@@ -97,7 +87,7 @@ def test_a_failing_numerics_class_is_gated_early_learned_and_never_launched_agai
     assert outcome.best.feasible
 
 
-def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_relaunched(tmp_path, monkeypatch):
+def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_relaunched(tmp_path):
     """A q4_0 trial measured (gates deferred) before its class failed elsewhere fails the class
     gate: it cannot rank, and the walk at the end never relaunches it."""
     from autotune.models import AccuracyFailure, GateOutcome
@@ -121,13 +111,13 @@ def test_a_deferred_trial_of_a_class_that_failed_later_is_never_the_best_nor_rel
     assert pending(deferred_trial.model_copy(update={"gates": unchecked}))
 
 
-def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches_saved(tmp_path, monkeypatch, capsys):
+def test_show_the_report_and_the_recipe_name_the_failed_classes_and_the_launches_saved(tmp_path, capsys):
     from rich.console import Console
 
     from autotune.output.html import verdict_section
     from autotune.output.terminal import print_best
 
-    outcome, _, store, _ = _study(tmp_path, monkeypatch)
+    outcome, _, store, _ = _study(tmp_path)
     [summary] = outcome.failed_classes()
     assert summary.failure.knob_values == {"type_k": "q4_0"} and summary.launches_saved >= 1
     console = Console(record=True, width=200)
@@ -161,31 +151,22 @@ class KvEngine(Engine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.logs: list[str] = []
-
-    def __call__(self, ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        self.logs.append(str(ctx.logs_dir))
-        result = super().__call__(ctx, candidate, number, events, dominated, reuse)
-        if candidate.params["type_v"] == "q8_0" and result.objective:
-            result = result.model_copy(update={"objective": result.objective * 1.1, "score": result.objective * 1.1})
-        return result
+        self.value = lambda request: speed(request.candidate) * (1.1 if request.candidate.params["type_v"] == "q8_0" else 1.0)
 
 
-def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alone(tmp_path, monkeypatch):
+def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alone(tmp_path):
     """The first 4-bit-K trial also has q8_0 V, two values apart from the baseline's class: one
     launch of the baseline with q4_0 K alone fails qeval too, so type_k=q4_0 is what is learned, and
     no q4_0 K + f16 V candidate is launched as a trial. Before: the class stayed {q4_0, q8_0} and
     the q4_0 K + f16 V class was launched (and failed) in a trial of its own."""
     pytest.importorskip("llama_cpp")
     from autotune.commands import search
-    from autotune.study import tuner
     from autotune.store import Store
 
     engine = KvEngine()
-    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=engine))
     plan = stand_in_plan(tmp_path, SPACE_KV, accuracy=True,
                          tries=["type_k=q4_0,type_v=q8_0,n_threads=1,draft_k=0"])
-    outcome = search.run(plan, trials=12, confirm_rounds=0, noise_relaunches=0)
+    outcome = search.run(plan, trials=12, confirm_rounds=0, noise_relaunches=0, launch=engine)
     store = Store(tmp_path / "runs.db")
     [failure] = store.accuracy_failures("s")
     assert failure.knob_values == {"type_k": "q4_0"}, failure
@@ -194,7 +175,9 @@ def test_a_failed_class_two_values_apart_is_isolated_to_the_value_that_fails_alo
     assert iso.attempts[0].values == {"type_k": "q4_0"} and iso.attempts[0].failed and iso.nearest_trial == 0
     trials_q4 = [t for t in outcome.trials if t.status == "ok" and t.candidate.params["type_k"] == "q4_0"]
     assert [t.candidate.params["type_v"] for t in trials_q4] == ["q8_0"], trials_q4
-    isolation_launches = [log for log in engine.logs if "class-isolation" in log]
+    from autotune.trial.launch import Purpose
+
+    isolation_launches = engine.of(Purpose.CLASS_ISOLATION)
     assert len(isolation_launches) == 1
     skipped = [t for t in outcome.trials if t.status == "skipped" and "type_k=q4_0" in (t.reason or "")]
     assert any(t.candidate.params["type_v"] == "f16" for t in skipped) or len(outcome.trials) < 12

@@ -25,7 +25,7 @@ from autotune.models import Candidate, TrialResult
 from autotune.store import Store
 from gemma_space import SHORT_WORKLOAD
 from procs import engine_pids
-from stand_in import tiny_llamacpp_space
+from stand_in import StandIn, tiny_llamacpp_space
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def test_resume_marks_what_a_killed_process_left_running(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"trial {asked.number}: running now (PID {pid} on this-host" in out  # another host: cannot tell
 
-    tuner = Tuner(plan.ctx, store, plan.pruner, "h", trials=1)
+    tuner = Tuner(plan.ctx, store, plan.pruner, "h", trials=1, launch=StandIn())
     again = tuner._account_for_cut_attempts(opt)
     assert [c.key() for c in again] == [candidate.key()]
     cut = store.trial("s", asked.number)

@@ -78,7 +78,7 @@ def test_show_lists_a_dominated_trial_tied_with_the_best_and_says_its_gates_were
     from rich.console import Console
 
     from autotune.output.terminal import print_best
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
 
     base = _trial(0, 20.0, gates=[])
     best = _trial(1, 40.0)

@@ -20,7 +20,7 @@ from autotune.models import Candidate, DraftSchedule, ScheduleLevel, ScheduleSta
 from autotune.space.candidates import load_space
 from autotune.store import Store
 from autotune.verdict.draft_schedule import judge_levels
-from autotune.verdict.noise import LaunchNoise
+from autotune.verdict.noise import LaunchNoise, NoiseKey
 
 # ---------------------------------------------------------------------- the schedule's form
 
@@ -117,8 +117,8 @@ def earlier_launch_noise(db, space_path) -> None:
     host_key = host_fingerprint(detect(), get_engine("vllm")).key()
     store, earlier = Store(db), Candidate(engine="vllm", params={"draft_k": 2})
     for i, value in enumerate([100.0, 106.0, 95.0, 103.0]):
-        store.add_launch_sample(host_key, "vllm", "earlier", earlier, value, "noise", i,
-                                metric=space.objective.sample_metric)
+        store.add_launch_sample(NoiseKey(host=host_key, engine="vllm", metric=space.objective.sample_metric),
+                                "earlier", earlier, value, "noise", i)
 
 
 def test_on_0_33_the_study_composes_a_schedule_confirms_it_in_one_launch_and_exports_it(tmp_path, monkeypatch, capsys):
@@ -193,31 +193,25 @@ def test_a_hand_written_schedule_runs_on_0_33(tmp_path, monkeypatch, capsys):
         [1, 3, 4], [4, 1 << 16, 2]]
 
 
-def test_the_schedule_launch_runs_no_accuracy_gates(tmp_path, monkeypatch):
+def test_the_schedule_launch_runs_no_accuracy_gates(tmp_path):
     """The schedule's one launch measures speed only, whatever the study's gate policy: its context
     is copied with gates off (a copy that named a field the context lacks would keep the gates on)."""
     from types import SimpleNamespace
 
     from autotune.engines import get_engine
-    from autotune.models import DraftSchedule, DraftScheduleReport, GatePolicy, ScheduleLevel, SearchSpace
+    from autotune.models import DraftSchedule, DraftScheduleReport, FailureInfo, GatePolicy, ScheduleLevel, SearchSpace
     from autotune.study import draft_schedule
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
+    from stand_in import StandIn
 
     space = SearchSpace.model_validate(yaml.safe_load(SPACE.format(model=small_model_dir(tmp_path), extra="")))
     ctx = TrialContext(study="s", space=space, model=space.model, engine=get_engine("vllm"), logs_dir=tmp_path,
                        gates=GatePolicy.AT_ONCE)
-    seen: list[GatePolicy] = []
-
-    def run_trial(run_ctx, candidate, number, events, log_name=None):
-        seen.append(run_ctx.gates)
-        return SimpleNamespace(status="failed", launch=None, failure=None, reason="not launched")
-
-    monkeypatch.setattr(draft_schedule, "run_trial", run_trial)
+    launch = StandIn(fails=lambda request: FailureInfo(failure_class="startup_crash", message="not launched"))
     anchor = SimpleNamespace(candidate=Candidate(engine="vllm", params={"draft_k": 4}), number=0)
     report = DraftScheduleReport(study="s", status=ScheduleStatus.UNCONFIRMED, why="composed",
                                  schedule=DraftSchedule.parse("1:4/4:2"),
                                  levels=[ScheduleLevel(concurrency=c, metric="m", tps_by_k={4: 1.0}, draft_k=4)
                                          for c in (1, 4)])
-    plan = SimpleNamespace(nodes=1, ctx=ctx, pool_cluster=None)
-    draft_schedule.confirm_schedule(plan, report, anchor, lambda: None, lambda _: None)
-    assert seen == [GatePolicy.NO_ACCURACY]
+    draft_schedule.confirm_schedule(launch, ctx, report, anchor, lambda: None)
+    assert [r.ctx.gates for r in launch.requests] == [GatePolicy.NO_ACCURACY]

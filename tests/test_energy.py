@@ -29,6 +29,7 @@ from autotune.models import (
 )
 from autotune.store import Store
 from autotune.verdict.gpu_state import study_usual_clock, trial_flags
+from autotune.verdict.noise import NoiseKey
 from fakes import nvml as fake_nvml
 from fakes.nvml import FakeGpu, throttled_gpu
 from stand_in import placeholder_gguf
@@ -295,10 +296,11 @@ def test_a_slowed_launch_joins_no_noise_pool(monkeypatch, no_rapl, tmp_path):
     assert study_usual_clock([steady, hot, slow]) == pytest.approx(1690.0)  # the throttled one is not the usual
     store = Store(tmp_path / "runs.db")
     cand = Candidate(engine="llamacpp", params={})
+    key = NoiseKey(host="h", engine="llamacpp", metric="m")
     for value, trial in ((100.0, steady), (101.0, steady), (99.0, steady), (60.0, hot), (70.0, slow)):
-        store.add_launch_sample("h", "llamacpp", "s", cand, value, "trial", 0, metric="m", energy=trial.energy)
-    store.add_launch_sample("h", "llamacpp", "s", cand, 100.5, "trial", 0, metric="m")  # stored before: no state
-    assert store.launch_groups("h", "llamacpp", "m") == [[100.0, 101.0, 99.0, 100.5]]
+        store.add_launch_sample(key, "s", cand, value, "trial", 0, energy=trial.energy)
+    store.add_launch_sample(key, "s", cand, 100.5, "trial", 0)  # stored before: no state
+    assert store.launch_groups(key) == [[100.0, 101.0, 99.0, 100.5]]
 
 
 @pytest.mark.parametrize(("objective", "instead"), [

@@ -13,6 +13,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.store import Store
+from autotune.verdict.noise import NoiseKey
 from fakes import nvml as fake_nvml
 from fakes.nvml import FakeGpu, throttled_gpu
 from gemma_space import GEMMA_ON_LLAMACPP, SHORT_WORKLOAD
@@ -79,7 +80,7 @@ def test_a_throttled_gpu_is_flagged_and_its_launches_join_no_noise_pool(tmp_path
     assert trial.energy is not None and trial.energy.throttled
     rows = list(store.db["launch_samples"].rows)
     assert len(rows) == 2 and all(row["throttled"] == 1 for row in rows)  # the trial and its noise relaunch
-    assert store.launch_groups(rows[0]["host_key"], "llamacpp", "decode_tps_geomean") == []
+    assert store.launch_groups(NoiseKey(host=rows[0]["host_key"], engine="llamacpp", metric="decode_tps_geomean")) == []
     capsys.readouterr()
     assert main(["show", "--db", str(db)]) == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -110,7 +110,7 @@ def test_the_weights_are_part_of_the_experiment():
 
 def test_a_relaunch_measures_the_waves_the_terms_read(tmp_path: Path):
     from autotune.engines import get_engine
-    from autotune.trial.run import TrialContext, objective_only
+    from autotune.trial.context import TrialContext, objective_only
 
     space = space_with(objective={"metric": "speed_energy", "weights": [{**HALF[0], "workload": "c4"}, HALF[1]]},
                        workload={"concurrency": [1, 4, 8], "prefill_tokens": [512]})

@@ -14,7 +14,8 @@ from autotune.commands.setup import prepare
 from autotune.engines.signatures import classify
 from autotune.launchers import base as launcher_base
 from autotune.models import Candidate
-from autotune.trial.run import run_trial
+from autotune.trial.launch import LaunchRequest
+from autotune.trial.run import EngineLaunch
 
 SPACE = """
 name: fake-vllm-stall
@@ -51,7 +52,7 @@ def candidate(plan, stall_after: int) -> Candidate:
 def test_a_request_that_stalls_mid_measure_fails_the_trial_as_engine_stalled(tmp_path, monkeypatch):
     plan = plan_for(tmp_path, monkeypatch)
     # the start's generation check and two measured requests generate; then the engine hangs, /health still 200
-    result = run_trial(plan.ctx, candidate(plan, 3), 0)
+    result = EngineLaunch()(LaunchRequest(plan.ctx, candidate(plan, 3), 0))
     assert result.status == "failed", result.reason
     failure = result.failure
     assert failure.failure_class == "engine_stalled", failure
@@ -68,7 +69,7 @@ def test_a_request_that_stalls_mid_measure_fails_the_trial_as_engine_stalled(tmp
 def test_an_engine_whose_health_answers_but_which_never_generates_is_not_up(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher_base, "MIN_GENERATION_S", 2.0)
     plan = plan_for(tmp_path, monkeypatch, startup=15)
-    result = run_trial(plan.ctx, candidate(plan, 0), 0)
+    result = EngineLaunch()(LaunchRequest(plan.ctx, candidate(plan, 0), 0))
     assert result.status == "failed", result.reason
     assert result.failure.failure_class == "engine_stalled", result.failure
     assert "answers its health check but no one-token generation came back" in result.failure.message
@@ -80,7 +81,7 @@ def test_a_healthy_engine_is_up_after_its_generation_check(tmp_path, monkeypatch
     plan = plan_for(tmp_path, monkeypatch)
     launch = plan.ctx.render(candidate(plan, -1))
     assert launch.ready is not None and launch.ready.body["max_tokens"] == 1 and launch.ready.body["temperature"] == 0
-    result = run_trial(plan.ctx, candidate(plan, -1), 0)
+    result = EngineLaunch()(LaunchRequest(plan.ctx, candidate(plan, -1), 0))
     assert result.status == "ok", result.reason
 
 

@@ -23,6 +23,7 @@ import pytest
 from autotune.engines.signatures import SIGNATURES, UNCLASSIFIED, classify
 from autotune.models import Candidate, FailureCause, FailureInfo, TrialResult
 from test_signatures import FIXTURES, LOGS, engine_of, expected_class, label, read
+from stand_in import StandIn
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILING = [p for p in FIXTURES if expected_class(p) is not None]
@@ -237,7 +238,7 @@ def test_every_failure_autotune_makes_names_its_cause() -> None:
 def _ctx(tmp_path: Path):
     from autotune.engines import get_engine
     from autotune.models import ModelSpec, SearchSpace
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "vllm", "model": {"name": "m", "path": "m"},
@@ -260,7 +261,7 @@ def test_an_environment_failure_teaches_no_knob_value_and_starts_no_isolation(tm
     base = Candidate(engine="vllm", params={"tensor_parallel_size": 1, "kv_cache_dtype": "auto"})
     failed = TrialResult(study="t", number=1, status="failed", failure=failure,
                          candidate=Candidate(engine="vllm", params={"tensor_parallel_size": 2, "kv_cache_dtype": "fp8"}))
-    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, base) is False
+    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, base, StandIn()) is False
     assert store.learned_failures("host", "vllm") == []
     assert isolations(store, "t") == []
 
@@ -275,7 +276,7 @@ def test_an_environment_failure_is_not_learned_even_when_it_names_knobs(tmp_path
     failed = TrialResult(study="t", number=1, status="failed", failure=failure,
                          candidate=Candidate(engine="vllm", params={"tensor_parallel_size": 2, "kv_cache_dtype": "auto"}))
     base = Candidate(engine="vllm", params={"tensor_parallel_size": 1, "kv_cache_dtype": "auto"})
-    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, base) is False
+    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, base, StandIn()) is False
     assert store.learned_failures("host", "vllm") == []
 
 
@@ -287,7 +288,7 @@ def test_a_knob_failure_is_still_learned(tmp_path: Path) -> None:
     failure = classify(read("max_model_len_rejected__vllm_above_config.log"), engine="vllm")
     failed = TrialResult(study="t", number=1, status="failed", failure=failure,
                          candidate=Candidate(engine="vllm", params={"max_model_len": 262144}))
-    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, Candidate(engine="vllm", params={})) is True
+    assert learn_from_failure(_ctx(tmp_path), store, "host", failed, Candidate(engine="vllm", params={}), StandIn()) is True
     assert [r.knob_values for r in store.learned_failures("host", "vllm")] == [{"max_model_len": 262144}]
 
 

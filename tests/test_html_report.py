@@ -178,7 +178,7 @@ def test_the_boxes_section_draws_each_trial_on_its_box_and_the_trials_in_flight(
 def test_a_study_without_boxes_says_one_at_a_time():
     from autotune.output.box_timeline import box_figure, spans
     from autotune.output.html import boxes_section
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
     from test_show_layout import _ok
 
     trials = [_ok(0, {}, 23.6).model_copy(update={"started_at": "2026-12-03T10:00:00+00:00"}),

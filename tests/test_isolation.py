@@ -18,6 +18,7 @@ from autotune.failures.isolation import isolate, knob_diff, nearest_ran, reducti
 from autotune.failures.learning import blamed, isolations, learn_from_failure
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
 from autotune.store import Store
+from stand_in import StandIn
 from gemma_space import GEMMA_ON_LLAMACPP
 
 KNOBS = ["type_k", "type_v", "n_ctx", "flash_attn"]
@@ -117,7 +118,7 @@ def test_blame_the_engines_selection_not_every_auto_candidate() -> None:
 def test_learning_a_selection_blame_prunes_the_steering_combination_only(tmp_path: Path) -> None:
     from autotune.engines import get_engine
     from autotune.models import ModelSpec, SearchSpace
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "vllm", "model": {"name": "m", "path": "m"},
@@ -133,7 +134,7 @@ def test_learning_a_selection_blame_prunes_the_steering_combination_only(tmp_pat
         failure=FailureInfo(failure_class="backend_sliding_window", message="x", implicates=["attention_backend"]),
     )
     base = Candidate(engine="vllm", params={"attention_backend": None, "kv_cache_dtype": "auto"})
-    assert learn_from_failure(ctx, store, "host", failed, base)
+    assert learn_from_failure(ctx, store, "host", failed, base, StandIn())
     rows = store.learned_failures("host", "vllm")
     assert [r.knob_values for r in rows] == [{"attention_backend": "FLASHINFER"},
                                             {"attention_backend": None, "kv_cache_dtype": "fp8_e5m2"}]
@@ -150,7 +151,7 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
     from autotune.engines.signatures import classify
     from autotune.space.candidates import Pruner
     from autotune.study.tuner import Tuner
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "llamacpp", "model": {"name": "m", "path": "m"},
@@ -168,9 +169,9 @@ def test_a_quantized_v_cache_failure_prunes_every_quantized_v_type_without_flash
         return Candidate(engine="llamacpp", params={"type_v": type_v, "flash_attn": flash_attn})
 
     failed = TrialResult(study="t", number=1, status="failed", candidate=kv("q4_0", False), failure=failure)
-    assert learn_from_failure(ctx, store, "host", failed, kv("f16", False))
+    assert learn_from_failure(ctx, store, "host", failed, kv("f16", False), StandIn())
     given = Pruner([])
-    pruner = Tuner(ctx, store, given, "host", trials=1).pruner  # the study's pre-launch check on learned failures
+    pruner = Tuner(ctx, store, given, "host", trials=1, launch=StandIn()).pruner  # the study's pre-launch check on learned failures
     assert given.checks == []  # the caller's pruner is not changed
     assert pruner.reason(kv("q4_0", False)) == "learned: flash_attn=False, type_v=q4_0 failed with kv_quant_needs_flash_attn in trial 1"
     assert pruner.reason(kv("q8_0", False)) == "learned: flash_attn=False, type_v=q8_0 failed with kv_quant_needs_flash_attn in trial 1"

@@ -5,66 +5,44 @@ only repeat one (on the CPU default: the slowest launch of the study, ~126 s).""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
-from autotune.models import Candidate, TrialResult
-from stand_in import TINY_LLAMACPP, stand_in_plan
+from stand_in import TINY_LLAMACPP, StandIn, stand_in_plan
 
 SPACE = TINY_LLAMACPP + "gates: {{needle: null, qeval: null}}\n"
 
 
-def _measured(candidate: Candidate) -> float:
-    return 10.0 if candidate.params["n_threads"] == 1 else 20.0
-
-
-def _ok(ctx, candidate: Candidate, number: int) -> TrialResult:
-    value = _measured(candidate)
-    return TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok",
-                       objective=value, score=value, duration_s=1.0)
-
-
-def _run(tmp_path, monkeypatch, confirm_rounds: int, noise_relaunches: int) -> tuple[list[str], list[str]]:
-    """Sources of the baseline's launch samples after a 2-trial study with fake launches."""
+def _run(tmp_path, confirm_rounds: int, noise_relaunches: int) -> tuple[list[str], list[str]]:
+    """Sources of the baseline's launch samples after a 2-trial study with stand-in launches, and
+    the log names of its relaunches."""
     pytest.importorskip("llama_cpp")
-    from autotune.study import confirm
     from autotune.commands import search
-    from autotune.study import tuner
     from autotune.store import Store
+    from autotune.trial.launch import Purpose
 
-    relaunches: list[str] = []
-
-    def trial(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        return _ok(ctx, candidate, number)
-
-    def relaunch(ctx, candidate, number, events, log_name=None, **_) -> TrialResult:
-        relaunches.append(log_name)
-        return _ok(ctx, candidate, number)
-
-    monkeypatch.setattr(search, "Tuner", functools.partial(tuner.Tuner, launch=trial))
-    monkeypatch.setattr(confirm, "run_trial", relaunch)
+    launch = StandIn(lambda request: 10.0 if request.candidate.params["n_threads"] == 1 else 20.0)
     plan = stand_in_plan(tmp_path, SPACE, accuracy=False)
-    search.run(plan, trials=2, confirm_rounds=confirm_rounds, noise_relaunches=noise_relaunches)
+    search.run(plan, trials=2, confirm_rounds=confirm_rounds, noise_relaunches=noise_relaunches, launch=launch)
     store = Store(tmp_path / "runs.db")
     base = next(t for t in store.trials("s") if t.number == 0)
     rows = store.db["launch_samples"].rows_where("study = ? and candidate_key = ?", ["s", base.candidate.key()])
+    relaunches = [r.log_name for r in launch.of(Purpose.CONFIRMATION, Purpose.NOISE)]
     return [row["source"] for row in rows], relaunches
 
 
-def test_a_confirmed_study_makes_no_separate_noise_relaunch(tmp_path, monkeypatch):
-    sources, relaunches = _run(tmp_path, monkeypatch, confirm_rounds=2, noise_relaunches=1)
+def test_a_confirmed_study_makes_no_separate_noise_relaunch(tmp_path):
+    sources, relaunches = _run(tmp_path, confirm_rounds=2, noise_relaunches=1)
     assert sorted(sources) == ["confirm", "confirm", "trial"]  # before: a "noise" launch as well
     assert not any(name.startswith("noise") for name in relaunches)
     assert len(relaunches) == 4  # two rounds, two arms
 
 
-def test_without_confirmation_the_baseline_is_still_relaunched_for_noise(tmp_path, monkeypatch):
-    sources, relaunches = _run(tmp_path, monkeypatch, confirm_rounds=0, noise_relaunches=1)
+def test_without_confirmation_the_baseline_is_still_relaunched_for_noise(tmp_path):
+    sources, relaunches = _run(tmp_path, confirm_rounds=0, noise_relaunches=1)
     assert sorted(sources) == ["noise", "trial"]
     assert [name.split("-")[0] for name in relaunches] == ["noise"]
 
 
-def test_noise_relaunches_beyond_the_confirmation_rounds_still_run(tmp_path, monkeypatch):
-    sources, _ = _run(tmp_path, monkeypatch, confirm_rounds=1, noise_relaunches=3)
+def test_noise_relaunches_beyond_the_confirmation_rounds_still_run(tmp_path):
+    sources, _ = _run(tmp_path, confirm_rounds=1, noise_relaunches=3)
     assert sorted(sources) == ["confirm", "noise", "noise", "trial"]  # 3 + 1 launches of the baseline

@@ -12,15 +12,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.models import Candidate, FailureInfo, TrialResult, utc_now_ms
+from autotune.models import Candidate, FailureInfo, TrialResult
 from autotune.study.leases import BoxPool, check_parallel, parallel_default
-from stand_in import stand_in_plan, tiny_llamacpp_space
+from stand_in import Timed, stand_in_plan, tiny_llamacpp_space
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -52,39 +51,13 @@ def plan_of(tmp_path, tries: list[str] | None = None):
     return stand_in_plan(tmp_path, SPACE, accuracy=False, tries=tries)
 
 
-class Timed:
-    """A stand-in launch: sleeps `seconds(candidate)`, then reports an objective or the failure
-    `fails(candidate)` names; counts how many run at once."""
-
-    def __init__(self, seconds: Callable[[Candidate], float], fails: Callable[[Candidate], FailureInfo | None] = lambda c: None):
-        self.seconds, self.fails = seconds, fails
-        self.lock = threading.Lock()
-        self.now = self.most = 0
-
-    def __call__(self, ctx, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
-        started, t0 = utc_now_ms(), time.monotonic()
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        events("decode")
-        time.sleep(self.seconds(candidate))
-        with self.lock:
-            self.now -= 1
-        failure = self.fails(candidate)
-        if failure is not None:
-            return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
-                               reason=failure.message, failure=failure, started_at=started,
-                               duration_s=time.monotonic() - t0)
-        threads = int(candidate.params["n_threads"])
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=10.0 * threads,
-                           score=10.0 * threads, started_at=started, duration_s=time.monotonic() - t0)
-
-
 def tuner(plan, launch, trials: int, pool: BoxPool | None, parallel: int):
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.parallel import Boxes
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     return Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=trials, reporter=SilentReporter(), launch=launch,
-                 first=plan.first, pool=pool, parallel=parallel)
+                 first=plan.first, boxes=Boxes(pool), parallel=parallel)
 
 
 def test_the_default_is_as_many_in_flight_as_the_boxes_allow() -> None:
@@ -214,7 +187,7 @@ def test_boxes_set_the_default_in_flight_and_refuse_more(tmp_path) -> None:
 
 
 class LateEngines:
-    """Stand-in launches whose "engine" runs until stopped (at most `run_s`): trial 1's launch
+    """A Launch whose "engine" runs until stopped (at most `run_s`): trial 1's launch
     interrupts the controller (a real SIGINT to this process) soon after it begins, then takes `late_s`
     before its engine starts, so the controller's first stop finds only trial 0's engine."""
 
@@ -229,7 +202,8 @@ class LateEngines:
             for stopped in self.up.values():
                 stopped.set()
 
-    def __call__(self, ctx, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
+    def __call__(self, request) -> TrialResult:
+        number = request.number
         if number == 1:
             time.sleep(0.5)  # the controller waits for a launch to end by now
             os.kill(os.getpid(), signal.SIGINT)
@@ -240,18 +214,15 @@ class LateEngines:
         t0 = time.monotonic()
         stopped.wait(self.run_s)
         self.ran_s[number] = time.monotonic() - t0
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason="stopped",
-                           duration_s=self.ran_s[number])
+        return TrialResult(study=request.ctx.study, number=number, candidate=request.candidate, status="failed",
+                           reason="stopped", duration_s=self.ran_s[number])
 
 
-def test_ctrl_c_stops_an_engine_that_starts_after_the_first_stop(tmp_path, pool3, monkeypatch) -> None:
+def test_ctrl_c_stops_an_engine_that_starts_after_the_first_stop(tmp_path, pool3) -> None:
     """A launch thread that had leased its box but not started its engine when Ctrl-C landed
     starts it afterwards: the controller stops engines again until every launch thread ended, so
     the study ends at once, not after that engine's whole trial; both attempts are `interrupted`."""
-    import autotune.study.tuner as tuner_module
-
     engines = LateEngines()
-    monkeypatch.setattr(tuner_module, "stop_engines", engines.stop_all)
     plan = plan_of(tmp_path)
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):

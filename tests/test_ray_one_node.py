@@ -91,7 +91,8 @@ def test_a_launch_the_ray_launcher_cannot_run_is_refused_before_runs_db(tmp_path
 def test_a_candidate_the_ray_launcher_cannot_run_is_skipped_and_a_trial_of_it_fails_not_the_study(tmp_path, fake_space):
     from autotune.commands.setup import prepare
     from autotune.models import Candidate
-    from autotune.trial.run import run_trial
+    from autotune.trial.launch import LaunchRequest
+    from autotune.trial.run import EngineLaunch
 
     text = fake_space.read_text().replace(
         "  - {name: max_num_seqs, values: [8, 16], default: 8}",
@@ -104,7 +105,7 @@ def test_a_candidate_the_ray_launcher_cannot_run_is_skipped_and_a_trial_of_it_fa
     assert plan.pruner.reason(mp) == (
         "launch: a Ray cluster launch needs distributed_executor_backend=ray, the candidate has 'mp'"
     )
-    result = run_trial(plan.ctx, mp, 3)  # asked anyway (a resumed queue): a failed trial, nothing launched
+    result = EngineLaunch()(LaunchRequest(plan.ctx, mp, 3))  # asked anyway (a resumed queue): a failed trial, nothing launched
     assert result.status == "failed" and result.failure.failure_class == "configuration_error"
     assert result.launch is None
 

@@ -122,7 +122,7 @@ def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
     from autotune.output import terminal
     from autotune.commands.setup import prepare
     from autotune.models import Candidate
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
 
     (dry, dry_quoted), (real, quoted) = blocks()[3], blocks()[4]
     assert dry.replace(" --dry-run", "") == real

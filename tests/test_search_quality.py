@@ -33,15 +33,16 @@ def stored_objectives(table, key: str) -> set[float]:
 
 
 def test_a_replayed_launch_is_one_of_the_stored_launches_the_same_for_every_strategy(sq, table, tmp_path):
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
+    from autotune.trial.launch import LaunchRequest
     from autotune.engines import get_engine
 
     ctx = TrialContext(study="x", space=table.space, model=table.space.model,
                        engine=get_engine("llamacpp").use_space(table.space), logs_dir=tmp_path)
     for candidate in table.grid:
         entry = table.entries[candidate.key()]
-        first = table.launch(seed=7)(ctx, candidate, 3, lambda _: None)
-        again = table.launch(seed=7)(ctx, candidate, 5, lambda _: None)
+        first = table.launch(seed=7)(LaunchRequest(ctx, candidate, 3))
+        again = table.launch(seed=7)(LaunchRequest(ctx, candidate, 5))
         assert (first.status, first.objective) == (again.status, again.objective)  # paired over strategies
         assert first.number == 3 and first.candidate.key() == candidate.key()
         if first.status == "ok":
@@ -222,11 +223,12 @@ def test_the_summary_says_when_its_table_cannot_resolve_the_goals_threshold(sq):
 
 
 def test_a_replayed_launch_is_scored_as_the_replayed_study_s_space_scores_it(sq, table, tmp_path):
-    """run_trial scores a launch with its space's objective.mad_penalty; the replay does too, so a
+    """The engine's launch scores a launch with its space's objective.mad_penalty; the replay does too, so a
     strategy that ranks by the median (penalty 0) sees score == objective, and the table's own space
     sees the score stored when the launch was measured."""
     from autotune.engines import get_engine
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
+    from autotune.trial.launch import LaunchRequest
 
     assert table.space.objective.mad_penalty == 1.0
     by_median = table.space.model_copy(
@@ -236,7 +238,7 @@ def test_a_replayed_launch_is_scored_as_the_replayed_study_s_space_scores_it(sq,
         ctx = TrialContext(study="x", space=space, model=space.model,
                            engine=get_engine("llamacpp").use_space(space), logs_dir=tmp_path)
         for candidate in table.grid:
-            result = table.launch(seed=3)(ctx, candidate, 1, lambda _: None)
+            result = table.launch(seed=3)(LaunchRequest(ctx, candidate, 1))
             if result.status != "ok":
                 continue
             stored = next(l for l in table.entries[candidate.key()]["launches"] if l["objective"] == result.objective)

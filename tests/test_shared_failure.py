@@ -5,13 +5,10 @@ row with the same KeyError (docs/measurements.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from autotune.models import Candidate, FailureInfo, TrialResult
-from autotune.trial.run import TrialContext
-from stand_in import tiny_llamacpp_space
+from autotune.models import Candidate, FailureInfo
+from stand_in import StandIn, tiny_llamacpp_space
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -20,10 +17,11 @@ SPACE = (
 )
 
 
-def _tuner(tmp_path, launch: Callable[..., TrialResult], trials: int):
+def _tuner(tmp_path, launch: StandIn, trials: int):
     pytest.importorskip("llama_cpp")
     from autotune.commands.setup import prepare
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     space = tiny_llamacpp_space(tmp_path, SPACE)
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
@@ -31,12 +29,12 @@ def _tuner(tmp_path, launch: Callable[..., TrialResult], trials: int):
     return Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=trials, reporter=SilentReporter(), launch=launch)
 
 
-def _failing(message: str) -> Callable[..., TrialResult]:
-    def launch(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
-        failure = FailureInfo(failure_class="serving_failed", message=f"serving_failed: {message}")
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
-                           reason=failure.message, failure=failure, duration_s=1.0)
-    return launch
+def _serving_failed(message: str) -> FailureInfo:
+    return FailureInfo(failure_class="serving_failed", message=f"serving_failed: {message}")
+
+
+def _failing(message: str) -> StandIn:
+    return StandIn(fails=lambda request: _serving_failed(message))
 
 
 def test_the_same_failure_in_the_baseline_and_another_candidate_stops_the_study(tmp_path) -> None:
@@ -50,10 +48,7 @@ def test_the_same_failure_in_the_baseline_and_another_candidate_stops_the_study(
 
 def test_different_failures_do_not_stop_the_study(tmp_path) -> None:
     count = iter(range(100))
-
-    def launch(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        return _failing(f"error {next(count)}")(ctx, candidate, number, events)
-
+    launch = StandIn(fails=lambda request: _serving_failed(f"error {next(count)}"))
     outcome = _tuner(tmp_path, launch, trials=4).run()
     assert sum(t.status == "failed" for t in outcome.trials) == 4 and outcome.stopped is None
 
@@ -63,22 +58,22 @@ def test_different_failures_do_not_stop_the_study(tmp_path) -> None:
 CRASH = "engine exited with code -11 before the engine became healthy"
 
 
-def _crashing(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
-    failure = FailureInfo(failure_class="startup_crash", message=CRASH, evidence=["Segmentation fault"])
-    return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason=CRASH,
-                       failure=failure, duration_s=2.0, phase_s={"start": 2.0})
+def _crashing() -> StandIn:
+    return StandIn(fails=lambda request: FailureInfo(failure_class="startup_crash", message=CRASH,
+                                                     evidence=["Segmentation fault"]),
+                   phases=lambda request: {"start": 2.0})
 
 
-def _healthy(launched: list[Candidate]) -> Callable[..., TrialResult]:
-    def launch(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
-        from autotune.models import Measurement
+def _healthy_value(request) -> float:
+    return 10.0 + request.candidate.params.get("n_threads", 1)
 
-        launched.append(candidate)
-        decode = Measurement.of("decode_tps.prose", "tok/s", "decode", [10.0 + candidate.params.get("n_threads", 1)])
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=decode.median,
-                           score=decode.median, measurements=[decode], duration_s=60.0,
-                           phase_s={"start": 5.0, "decode": 55.0})
-    return launch
+
+def _healthy() -> StandIn:
+    return StandIn(_healthy_value, phases=lambda request: {"start": 5.0, "decode": 55.0})
+
+
+def _launched(launch: StandIn) -> list[Candidate]:
+    return [r.candidate for r in launch.requests]
 
 
 def test_a_resume_after_an_environment_failure_starts_clean(tmp_path) -> None:
@@ -86,14 +81,15 @@ def test_a_resume_after_an_environment_failure_starts_clean(tmp_path) -> None:
     study stopped on the shared cause, the portable build was installed, and the resumed study kept
     the two failed starts as measured: the baseline never ran again, every later trial's qeval was
     unchecked (no reference), and the study stopped early again on the first sitting's failures."""
-    first = _tuner(tmp_path, _crashing, trials=4).run()
+    first = _tuner(tmp_path, _crashing(), trials=4).run()
     assert first.environment is not None, first.stopped
     assert first.environment.trials[0] == 0 and CRASH in first.environment.describe()
     crashed = [t for t in first.trials if t.status == "environment"]
     assert [t.number for t in crashed][:1] == [0] and len(crashed) == 2  # kept as history, not as measured
 
-    launched: list[Candidate] = []
-    second = _tuner(tmp_path, _healthy(launched), trials=4).run()
+    healthy = _healthy()
+    second = _tuner(tmp_path, healthy, trials=4).run()
+    launched = _launched(healthy)
     assert launched[0].params == {"n_threads": 1, "flash_attn": False}  # the baseline first
     assert second.stopped is None and second.environment is None  # the stale failures stop nothing
     assert second.baseline is not None and second.baseline.status == "ok"
@@ -102,16 +98,14 @@ def test_a_resume_after_an_environment_failure_starts_clean(tmp_path) -> None:
 
 
 def test_a_trial_failing_on_its_own_after_an_environment_failure_is_still_learned(tmp_path) -> None:
-    _tuner(tmp_path, _crashing, trials=4).run()
+    _tuner(tmp_path, _crashing(), trials=4).run()
 
-    def launch(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        if candidate.params.get("flash_attn"):
-            failure = FailureInfo(failure_class="serving_failed", message="serving_failed: HTTP 500 flash")
-            return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
-                               reason=failure.message, failure=failure, duration_s=10.0,
-                               phase_s={"start": 5.0, "decode": 5.0})
-        return _healthy([])(ctx, candidate, number, events)
+    def flash_fails(request) -> FailureInfo | None:
+        if request.candidate.params.get("flash_attn"):
+            return FailureInfo(failure_class="serving_failed", message="serving_failed: HTTP 500 flash")
+        return None
 
+    launch = StandIn(_healthy_value, fails=flash_fails, phases=lambda request: {"start": 5.0, "decode": 55.0})
     outcome = _tuner(tmp_path, launch, trials=4).run()
     assert outcome.environment is None and outcome.baseline is not None and outcome.baseline.status == "ok"
 
@@ -121,22 +115,23 @@ def test_a_failure_its_signature_blames_on_the_environment_stops_the_study_at_on
     so and stops, and the same command retries that candidate once the environment is fixed."""
     from autotune.models import FailureCause
 
-    def launch(ctx, candidate, number, events, dominated=None, reuse=None) -> TrialResult:
-        if number == 0:
-            return _healthy([])(ctx, candidate, number, events)
-        failure = FailureInfo(failure_class="nccl_timeout", cause=FailureCause.ENVIRONMENT, fix="check NCCL_SOCKET_IFNAME",
-                              message="nccl_timeout: Watchdog caught collective operation timeout",
-                              evidence=["[Rank 0] Watchdog caught collective operation timeout"])
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed", reason=failure.message,
-                           failure=failure, duration_s=30.0, phase_s={"start": 30.0})
+    def nccl_fails(request) -> FailureInfo | None:
+        if request.number == 0:
+            return None
+        return FailureInfo(failure_class="nccl_timeout", cause=FailureCause.ENVIRONMENT, fix="check NCCL_SOCKET_IFNAME",
+                           message="nccl_timeout: Watchdog caught collective operation timeout",
+                           evidence=["[Rank 0] Watchdog caught collective operation timeout"])
 
+    launch = StandIn(_healthy_value, fails=nccl_fails,
+                     phases=lambda request: {"start": 30.0} if request.number else {"start": 5.0, "decode": 55.0})
     outcome = _tuner(tmp_path, launch, trials=4).run()
     assert [t.status for t in outcome.trials] == ["ok", "environment"]
     assert outcome.environment is not None and outcome.environment.trials == [1]
     assert "environment, not a knob (nccl_timeout)" in outcome.environment.describe()
     assert "check NCCL_SOCKET_IFNAME" in outcome.environment.describe()
 
-    launched: list[Candidate] = []
-    again = _tuner(tmp_path, _healthy(launched), trials=4).run()
+    healthy = _healthy()
+    again = _tuner(tmp_path, healthy, trials=4).run()
+    launched = _launched(healthy)
     assert launched[0] == outcome.trials[1].candidate  # the environment's trial first
     assert again.environment is None and sum(t.status == "ok" for t in again.trials) == 4

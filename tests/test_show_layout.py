@@ -82,7 +82,7 @@ def column_text(out: str) -> str:
 
 def assert_nothing_dropped(out: str, db: Path) -> None:
     text = column_text(out)
-    from autotune.study.tuner import outcome_of
+    from autotune.study.outcome import outcome_of
 
     trials = outcome_of(Store(db), STUDY).trials  # gates as `show` judges them from the stored evidence
     base = trials[0].candidate

@@ -456,7 +456,7 @@ def test_a_request_traceback_while_the_server_stays_up_is_a_serving_failure(vers
     That is not a crash of the engine (nothing to isolate): the trial says serving_failed, with the
     traceback's root cause as the message. A server that died keeps the crash."""
     from autotune.engines import get_engine
-    from autotune.trial.run import failure_from_log
+    from autotune.trial.launch import failure_from_log
 
     log = read("unclassified_crash__vllm_gpt_oss_harmony_request.log", version)
     alive = failure_from_log(get_engine("vllm"), log, "serving_failed", "warm-up request failed: HTTP 500")

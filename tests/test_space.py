@@ -138,7 +138,7 @@ def test_an_objective_at_n_concurrent_streams_needs_that_level_in_the_workload(t
 def test_the_objective_at_n_streams_is_read_from_that_wave_and_relaunches_keep_it(tmp_path):
     from autotune.bench.throughput import objective_value
     from autotune.models import Measurement, Objective
-    from autotune.trial.run import TrialContext, objective_only
+    from autotune.trial.context import TrialContext, objective_only
     from autotune.engines import get_engine
 
     measured = [Measurement.of("decode_tps.prose", "tok/s", "one stream", [40.0, 42.0, 41.0]),
@@ -161,7 +161,7 @@ def test_a_copy_that_names_a_field_the_model_lacks_is_refused(tmp_path):
     launch kept its gates on through `{"accuracy": False}`)."""
     from autotune.engines import get_engine
     from autotune.models import GatePolicy
-    from autotune.trial.run import TrialContext
+    from autotune.trial.context import TrialContext
 
     space = load_space(write(tmp_path, MINIMAL))
     ctx = TrialContext(study="s", space=space, model=space.model, engine=get_engine("llamacpp"), logs_dir=tmp_path)

@@ -17,6 +17,7 @@ from autotune.models import (
     TrialResult,
 )
 from autotune.store import MIGRATIONS, Store
+from autotune.verdict.noise import NoiseKey
 
 
 def cand(**params) -> Candidate:
@@ -146,13 +147,13 @@ def test_launch_noise_is_pooled_per_objective_never_across_them(tmp_path):
                                   ("two", "decode_tps_geomean", [200.0, 202.0]),
                                   ("wave", "output_tps_c8", [1000.0, 1500.0])]:
         for i, value in enumerate(values):
-            store.add_launch_sample("h", "llamacpp", study, cand, value, "trial", i, metric=metric)
-    decode = store.launch_noise("h", "llamacpp", "decode_tps_geomean")
-    wave = store.launch_noise("h", "llamacpp", "output_tps_c8")
+            store.add_launch_sample(NoiseKey(host="h", engine="llamacpp", metric=metric), study, cand, value, "trial", i)
+    decode = store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="decode_tps_geomean"))
+    wave = store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="output_tps_c8"))
     assert decode is not None and (decode.df, decode.groups) == (2, 2) and decode.sigma < 0.01
     assert wave is not None and (wave.df, wave.groups) == (1, 1)
     assert wave.sigma == pytest.approx(math.log(1.5) / math.sqrt(2))
-    assert store.launch_noise("h", "llamacpp", "decode_tps_prose") is None
+    assert store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="decode_tps_prose")) is None
 
 
 def test_a_box_that_runs_faster_is_not_launch_noise(tmp_path):
@@ -167,8 +168,8 @@ def test_a_box_that_runs_faster_is_not_launch_noise(tmp_path):
     jitter = [1.0, 1.005, 0.995, 1.0]
     for box, level in ((0, 100.0), (1, 105.0)):
         for i, j in enumerate(jitter):
-            store.add_launch_sample("h", "llamacpp", "s", cand, level * j, "confirm", i, metric="m", boxes=(box,))
-    noise = store.launch_noise("h", "llamacpp", "m")
+            store.add_launch_sample(NoiseKey(host="h", engine="llamacpp", metric="m"), "s", cand, level * j, "confirm", i, boxes=(box,))
+    noise = store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="m"))
     assert noise is not None and (noise.groups, noise.df, noise.launches) == (2, 6, 8)
     assert noise.sigma < 0.006
 
@@ -192,15 +193,15 @@ def test_launch_samples_stored_before_objectives_were_kept_apart_take_their_stud
     store = Store(path)
     metrics = {r["study"]: r["metric"] for r in store.db["launch_samples"].rows}
     assert metrics == {"plain": "decode_tps_geomean", "wave": "output_tps_c8", "gone": None}
-    decode = store.launch_noise("h", "llamacpp", "decode_tps_geomean")
+    decode = store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="decode_tps_geomean"))
     assert decode is not None and decode.sigma == pytest.approx(math.log(1.1) / math.sqrt(2))
-    assert store.launch_noise("h", "llamacpp", "output_tps_c8").groups == 1
+    assert store.launch_noise(NoiseKey(host="h", engine="llamacpp", metric="output_tps_c8")).groups == 1
 
 
 def test_a_studys_outcome_judges_with_the_noise_of_its_own_objective(tmp_path):
     from autotune.models import Candidate
     from autotune.space.candidates import load_space
-    from autotune.study.tuner import outcome_of
+    from autotune.study.outcome import outcome_of
 
     store = Store(tmp_path / "runs.db")
     for name, space in [("plain", load_space("llamacpp-gemma3-270m")), ("wave", c8_space())]:
@@ -210,8 +211,8 @@ def test_a_studys_outcome_judges_with_the_noise_of_its_own_objective(tmp_path):
         metric = space.objective.metric
         values = [100.0, 100.5] if name == "plain" else [1000.0, 1500.0]
         for i, value in enumerate(values):
-            store.add_launch_sample("h", "llamacpp", name, Candidate(engine="llamacpp", params={}), value, "trial", i,
-                                    metric=metric)
+            store.add_launch_sample(NoiseKey(host="h", engine="llamacpp", metric=metric), name,
+                                    Candidate(engine="llamacpp", params={}), value, "trial", i)
     assert outcome_of(store, "wave").noise.sigma == pytest.approx(math.log(1.5) / math.sqrt(2))
     assert outcome_of(store, "plain").noise.sigma == pytest.approx(math.log(100.5 / 100) / math.sqrt(2))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.models import Candidate, TrialResult
-from autotune.study.tuner import TimeBudget, typical_trial_s
+from autotune.study.budget import TimeBudget, typical_trial_s
 
 
 def test_refuses_only_a_launch_that_would_not_fit():

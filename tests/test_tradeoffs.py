@@ -82,7 +82,7 @@ def test_show_the_report_and_the_recipe_name_what_the_winner_trades_away():
     from autotune.output.html import verdict_section
     from autotune.output.terminal import print_best
     from autotune.output.verdict import compose
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
 
     best = BEST.model_copy(update={"score": 93.5})
     outcome = StudyOutcome(name="s", trials=[BASE, best], ranked=[best, BASE], baseline=BASE, skipped_reasons={},

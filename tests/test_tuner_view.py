@@ -8,10 +8,8 @@ from collections import Counter
 
 import pytest
 
-from autotune.models import Candidate, Measurement, TrialResult
 from autotune.store import Store
-from autotune.trial.run import TrialContext
-from stand_in import tiny_llamacpp_space
+from stand_in import StandIn, tiny_llamacpp_space
 
 SPACE = (
     "name: tiny\nengine: llamacpp\nmodel: {{name: m, path: {model}}}\n"
@@ -20,18 +18,11 @@ SPACE = (
 )
 
 
-def measured(ctx: TrialContext, candidate: Candidate, number: int, events, dominated=None, reuse=None) -> TrialResult:
-    """A launch that measures: faster with more threads, a little faster with flash attention."""
-    tps = 10.0 * int(candidate.params["n_threads"]) + (1.0 if candidate.params["flash_attn"] else 0.0)
-    decode = Measurement.of("decode_tps.prose", "tok/s", "1 stream", [tps, tps])
-    return TrialResult(study=ctx.study, number=number, candidate=candidate, status="ok", objective=tps, score=tps,
-                       measurements=[decode], duration_s=1.0)
-
-
 def test_a_study_reads_its_trials_from_runs_db_once_not_per_decision(tmp_path, monkeypatch):
     pytest.importorskip("llama_cpp")
     from autotune.commands.setup import prepare
-    from autotune.study.tuner import SilentReporter, Tuner
+    from autotune.study.reporter import SilentReporter
+    from autotune.study.tuner import Tuner
 
     reads: Counter[str] = Counter()
     for name in ("trials", "trial", "trial_by_candidate", "cut_attempts"):
@@ -46,7 +37,7 @@ def test_a_study_reads_its_trials_from_runs_db_once_not_per_decision(tmp_path, m
     plan = prepare(space_name=str(space), model_path=None, db_path=tmp_path / "runs.db", study="s", hardware="cpu",
                    nodes=1, accuracy=False, logs_dir=tmp_path)
     reads.clear()
-    tuner = Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=6, reporter=SilentReporter(), launch=measured)
+    tuner = Tuner(plan.ctx, plan.store, plan.pruner, "h", trials=6, reporter=SilentReporter(), launch=StandIn())
     outcome = tuner.run()
     assert len([t for t in outcome.trials if t.status == "ok"]) == 6
     # one read as the Tuner starts, one for the answer it returns: six trials cost no more than one

@@ -32,7 +32,7 @@ from autotune.models import (
     TrialResult,
     Workload,
 )
-from autotune.verdict.noise import LaunchNoise, pooled
+from autotune.verdict.noise import LaunchNoise, NoiseKey, pooled
 from autotune.gates.score import evaluate_gates, rank, verdict
 from autotune.space.candidates import load_space, make_candidate, needle_check, needle_lengths, probes_check
 
@@ -291,7 +291,7 @@ def test_vllm_launch_probe_compares_greedy_output_with_the_reference_launch(tmp_
 
 
 def test_a_named_qeval_reference_replaces_a_baseline_without_qeval(tmp_path):
-    from autotune.study.tuner import outcome_of
+    from autotune.study.outcome import outcome_of
 
     store = _store_with(tmp_path, None)
     space = load_space("llamacpp-gemma3-270m")
@@ -386,7 +386,7 @@ def test_no_winner_counts_the_unchecked_trials_by_their_standing_not_their_wordi
     from rich.console import Console
 
     from autotune.output import terminal
-    from autotune.study.tuner import StudyOutcome
+    from autotune.study.outcome import StudyOutcome
 
     gated = [GateOutcome(gate="qeval", status="unchecked", detail="no reference")]
     trials = [_trial(n, 10.0).model_copy(update={"gates": gated}) for n in (0, 1)]
@@ -407,7 +407,7 @@ def test_a_warning_reaches_the_terminal_the_report_and_the_recipe(tmp_path):
     from autotune.output.html import verdict_section
     from autotune.output.recipe import from_yaml
     from autotune.store import Store
-    from autotune.study.tuner import outcome_of
+    from autotune.study.outcome import outcome_of
 
     store = Store(tmp_path / "runs.db")
     space = load_space("llamacpp-gemma3-270m")
@@ -416,8 +416,9 @@ def test_a_warning_reaches_the_terminal_the_report_and_the_recipe(tmp_path):
               _trial(3, 15.0, needle=None).model_copy(update={"deferred": "the time budget ended the study first"})]
     for t in trials:
         store.save_trial(t)
-    store.add_launch_sample("h", "llamacpp", "s", trials[0].candidate, 10.0, "noise", 0, metric="decode_tps_geomean")
-    store.add_launch_sample("h", "llamacpp", "s", trials[0].candidate, 9.0, "noise", 0, metric="decode_tps_geomean")
+    key = NoiseKey(host="h", engine="llamacpp", metric="decode_tps_geomean")
+    store.add_launch_sample(key, "s", trials[0].candidate, 10.0, "noise", 0)
+    store.add_launch_sample(key, "s", trials[0].candidate, 9.0, "noise", 0)
     outcome = outcome_of(store, "s")
     assert outcome.best is not None and outcome.best.number == 1
 

@@ -13,6 +13,7 @@ import yaml
 
 from autotune.cli import main
 from autotune.store import Store
+from autotune.verdict.noise import NoiseKey
 from gemma_space import GEMMA_ON_LLAMACPP
 
 pytestmark = pytest.mark.engine
@@ -45,7 +46,8 @@ def test_aa_study_ends_without_a_winner(tmp_path: Path, gemma_gguf: Path, capsys
     store = Store(db)
     trials = [t for t in store.trials("aa") if t.status == "ok"]
     assert len(trials) == 2
-    groups = store.launch_groups(store.study("aa")["host_key"], "llamacpp", "decode_tps_geomean")
+    groups = store.launch_groups(NoiseKey(host=store.study("aa")["host_key"], engine="llamacpp",
+                                          metric="decode_tps_geomean"))
     assert max(len(g) for g in groups) >= 2  # the baseline was relaunched: the noise is across launches
     confirmation = store.confirmation("aa")
     if confirmation is not None:  # arm b ranked first: the confirmation ran and must not call it a win

@@ -16,7 +16,7 @@ from autotune.engines.vllm import VllmEngine
 from autotune.models import Candidate, Cluster, ClusterNode, ModelSpec, SearchSpace
 from autotune.output.recipe import from_yaml
 from autotune.store import Store
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 LOGS = Path(__file__).parent / "logs"
 V033 = LOGS / "v0.33.0"

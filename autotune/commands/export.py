@@ -14,7 +14,7 @@ from autotune.output.draft_schedule import with_schedule
 from autotune.output.recipe import recipe_from_trial, render_recipe
 from autotune.output.verdict import compose
 from autotune.store import Store
-from autotune.study.tuner import StudyOutcome, outcome_of
+from autotune.study.outcome import StudyOutcome, outcome_of
 
 
 class Export(BaseModel):

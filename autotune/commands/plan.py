@@ -26,7 +26,7 @@ from autotune.planner.roofline import PlanReport, dropped_estimate
 from autotune.planner.roofline import plan as plan_candidates
 from autotune.space.candidates import Pruner, known_failures_check, load_space, probes_check
 from autotune.store import Store
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 
 def predicted_recipe(

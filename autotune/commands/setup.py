@@ -53,7 +53,7 @@ from autotune.space.candidates import (
 from autotune.space.fingerprint import check_same_experiment
 from autotune.store import Store, check_writable
 from autotune.study.plan import QueuedAs, SearchPlan, queued_first, surviving
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 
 def open_store(db_path: Path, must_exist: bool = False) -> Store:

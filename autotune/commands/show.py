@@ -15,7 +15,7 @@ from autotune.models import LearnedFailure
 from autotune.store import Store, attempt_boxes
 from autotune.study.leases import boxes_label
 from autotune.study.lock import pid_alive
-from autotune.study.tuner import StudyOutcome, outcome_of
+from autotune.study.outcome import StudyOutcome, outcome_of
 
 
 def pick_study(store: Store, name: str | None) -> str:

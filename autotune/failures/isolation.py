@@ -4,8 +4,8 @@ Compare the failed candidate with the nearest candidate that ran (fewest differi
 differing knob is the answer without a launch. With more, launch reduced candidates — the one
 that ran plus one of the failed candidate's values, then plus a pair — until one reproduces the
 failure alone (delta debugging over the differing knobs, smallest subsets first). Each is a smoke
-launch with cheap settings (start, one short completion, stop); a cheap setting never overrides
-a knob under test.
+launch with cheap settings (start, one short completion, stop: trial/launch.py's SMOKE purpose);
+a cheap setting never overrides a knob under test.
 
 An isolated subset is minimal relative to the candidate that ran, not in general: when a trial
 that ran holds the isolated values too, the values where it differs from the failed candidate are
@@ -18,22 +18,17 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.engines import get_engine
-from autotune.errors import EngineStartError
-from autotune.launchers import open_server
-from autotune.launchers.base import free_port
 from autotune.models import Candidate, FailureInfo, Scalar, TrialResult
-from autotune.trial.run import TrialContext, failure_from_log
 
 #: failure classes the fallbacks produce: any of them reproduces any other
 FALLBACK_CLASSES = frozenset({"unclassified_crash", "startup_crash", "crash_during_run", "serving_failed"})
-SMOKE_PROMPT = "The capital of France is"
 MAX_LAUNCHES = 6
 
-Launch = Callable[[Candidate, str], "FailureInfo | None"]
+#: starts a candidate once (a smoke launch, under the given log name); the failure it shows, or None
+SmokeLaunch = Callable[[Candidate, str], "FailureInfo | None"]
 
 
 class IsolationAttempt(BaseModel):
@@ -128,7 +123,7 @@ def isolate(
     failed: TrialResult,
     trials: list[TrialResult],
     knobs: list[str],
-    launch: Launch,
+    launch: SmokeLaunch,
     *,
     max_launches: int = MAX_LAUNCHES,
 ) -> Isolation:
@@ -173,32 +168,3 @@ def isolate(
     if refuting:
         verdict += f"; widened by trial(s) {', '.join(map(str, refuting))} that ran with the isolated values"
     return Isolation(**record, isolated=values, widened_by=refuting, verdict=verdict)
-
-
-def smoke_launch(ctx: TrialContext, candidate: Candidate, name: str) -> FailureInfo | None:
-    """Start `candidate`, ask one short completion, stop; the failure it shows, or None."""
-    served = ctx.model.served_name or ctx.model.name
-    launch = ctx.model_copy(update={"port": free_port()}).render(candidate)
-    log_path = ctx.logs_dir / ctx.study / f"{name}.log"
-    if log_path.exists():
-        log_path.unlink()
-    server = open_server(
-        launch, log_path, launcher=ctx.launcher, cluster=ctx.cluster, study=ctx.study, trial=name,
-        startup_timeout_s=ctx.space.workload.startup_timeout_s, limits=ctx.watchdog,
-    )
-    try:
-        with server:
-            try:
-                with httpx.Client(timeout=ctx.space.workload.request_timeout_s) as http:
-                    reply = http.post(server.base_url + "/v1/completions",
-                                      json={"model": served, "prompt": SMOKE_PROMPT, "max_tokens": 4, "temperature": 0})
-                    reply.raise_for_status()
-                    if not reply.json()["choices"][0].get("text"):
-                        raise ValueError("empty completion")
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                fallback = "serving_failed" if server.alive() else "crash_during_run"
-                return failure_from_log(ctx.engine, server.log_text(), fallback, f"smoke request failed: {exc}")
-    except EngineStartError as exc:
-        fallback = "startup_timeout" if exc.timed_out else "startup_crash"
-        return failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
-    return None

@@ -24,14 +24,15 @@ from collections.abc import Callable
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
-from autotune.failures.isolation import Isolation, isolate, smoke_launch
+from autotune.failures.isolation import Isolation, isolate
 from autotune.models import (
     Candidate, EnvironmentFailure, FailureCause, FailureInfo, Scalar, SearchSpace, TrialResult, utc_now,
 )
 from autotune.engines.signatures import covers_for
 from autotune.models import LearnedFailure
 from autotune.store import ENVIRONMENT, Store
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
+from autotune.trial.launch import Launch, LaunchRequest, Purpose
 
 #: knobs that steer an engine's own choice of another knob (when that one is left to the engine)
 SELECTION_INPUTS: dict[str, tuple[str, ...]] = {
@@ -172,10 +173,12 @@ def learn_from_failure(
     host_key: str,
     result: TrialResult,
     baseline: Candidate,
+    launch: Launch,
     events: Callable[[str], None] = lambda _: None,
     max_launches: int | None = None,
 ) -> bool:
-    """Store what `result` (a failed trial) teaches; True when a learned failure was added."""
+    """Store what `result` (a failed trial) teaches; True when a learned failure was added. A
+    failure no signature explains is isolated by smoke launches of `launch` (in `ctx`)."""
     failure = result.failure
     if result.status != "failed" or failure is None or failure.cause is FailureCause.ENVIRONMENT:
         return False
@@ -191,8 +194,12 @@ def learn_from_failure(
     knobs = [k.name for k in ctx.space.knobs if k.kind == "arg"]
     events("isolating the knob that broke")
     options = {} if max_launches is None else {"max_launches": max_launches}
-    found = isolate(result, store.trials(ctx.study), knobs,
-                    lambda candidate, name: smoke_launch(ctx, candidate, name), **options)
+
+    def smoke(candidate: Candidate, name: str) -> FailureInfo | None:
+        shown = launch(LaunchRequest(ctx, candidate, result.number, Purpose.SMOKE, log_name=name))
+        return shown.failure if shown.status == "failed" else None
+
+    found = isolate(result, store.trials(ctx.study), knobs, smoke, **options)
     save_isolation(store, host_key, engine, found)
     if not found.isolated:
         return False

@@ -28,7 +28,7 @@ from autotune.output.verdict import compose
 from autotune.output.box_timeline import box_figure, box_row, in_flight, spans
 from autotune.store import Store
 from autotune.study.leases import boxes_label
-from autotune.study.tuner import StudyOutcome, outcome_of
+from autotune.study.outcome import StudyOutcome, outcome_of
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 COLORS = {"ok": "#2a7ab0", "best": "#d62728", "baseline": "#7f7f7f", "rejected": "#ff9f1c", "failed": "#999999"}

@@ -36,7 +36,7 @@ from autotune.study.leases import boxes_label
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.relaunches import Relaunch, RelaunchKind
 from autotune.gates.score import Standing, standing, verdict
-from autotune.study.tuner import StudyOutcome
+from autotune.study.outcome import StudyOutcome
 
 if TYPE_CHECKING:
     from autotune.study.plan import QueuedAs, SearchPlan

@@ -8,7 +8,7 @@ from __future__ import annotations
 from autotune.gates.score import accuracy_status
 from autotune.model.shapes import dummy_weights
 from autotune.models import RecipeVerdict, TrialResult, VerdictStatus
-from autotune.study.tuner import StudyOutcome
+from autotune.study.outcome import StudyOutcome
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict
 
 

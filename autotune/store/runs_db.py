@@ -43,7 +43,7 @@ from autotune.models import (
 )
 from autotune.store.migrations import MIGRATIONS
 from autotune.verdict.gpu_state import flags_of, usual_clock
-from autotune.verdict.noise import LaunchNoise, pooled
+from autotune.verdict.noise import LaunchNoise, NoiseKey, pooled
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -431,47 +431,46 @@ class Store:
     # ------------------------------------------------------------ launch-to-launch noise
 
     def add_launch_sample(
-        self, host_key: str, engine: str, study: str, candidate: Candidate, objective: float, source: str, trial: int,
-        *, metric: str, energy: TrialEnergy | None = None, boxes: tuple[int, ...] = (),
+        self, key: NoiseKey, study: str, candidate: Candidate, objective: float, source: str, trial: int,
+        *, energy: TrialEnergy | None = None, boxes: tuple[int, ...] = (),
     ) -> int:
-        """One launch's objective value; `metric` names the objective it measures (its study's),
-        `energy` the GPU's state in that launch (its clock, whether it throttled), `boxes` where it ran
-        (the study's pool; () without one). Returns the sample's id."""
+        """One launch's objective value, a sample of `key`'s noise (its host, engine and the objective
+        metric it measures: its study's); `energy` the GPU's state in that launch (its clock, whether
+        it throttled), `boxes` where it ran (the study's pool; () without one). Returns the sample's id."""
         return self.db["launch_samples"].insert(
             {
-                "host_key": host_key,
-                "engine": engine,
+                "host_key": key.host,
+                "engine": key.engine,
                 "study": study,
                 "candidate_key": candidate.key(),
                 "objective": objective,
                 "source": source,
                 "trial": trial,
                 "measured_at": utc_now(),
-                "metric": metric,
+                "metric": key.metric,
                 "sm_clock_mhz": energy.sm_clock_mhz() if energy else None,
                 "throttled": int(energy.throttled) if energy else None,
                 "boxes": boxes_text(boxes),
             }
         ).last_pk
 
-    def slowed_samples(self, host_key: str, engine: str) -> frozenset[int]:
-        """Launch samples measured on a slowed GPU (throttled, or SM clocks below the host's usual by
-        more than autotune.verdict.gpu_state.CLOCK_DROP_SHARE): left out of every noise pool."""
-        rows = list(self.db["launch_samples"].rows_where("host_key = ? and engine = ?", [host_key, engine]))
+    def slowed_samples(self, key: NoiseKey) -> frozenset[int]:
+        """Launch samples of `key`'s host and engine (any metric) measured on a slowed GPU (throttled,
+        or SM clocks below the host's usual by more than autotune.verdict.gpu_state.CLOCK_DROP_SHARE):
+        left out of every noise pool."""
+        rows = list(self.db["launch_samples"].rows_where("host_key = ? and engine = ?", [key.host, key.engine]))
         usual = usual_clock([r["sm_clock_mhz"] for r in rows if r.get("sm_clock_mhz") and not r.get("throttled")])
         return frozenset(r["id"] for r in rows if flags_of(r.get("sm_clock_mhz"), bool(r.get("throttled")), usual))
 
-    def launch_groups(
-        self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
-    ) -> list[list[float]]:
+    def launch_groups(self, key: NoiseKey, exclude: frozenset[int] = frozenset()) -> list[list[float]]:
         """Objectives per (study, candidate, boxes) on this host and engine, of this objective metric
         only: one list per config launched on the same boxes (the box is a factor: a box that runs
         faster is not launch noise); `exclude` leaves out samples by id, and a launch on a slowed GPU
         is always left out."""
-        exclude = exclude | self.slowed_samples(host_key, engine)
+        exclude = exclude | self.slowed_samples(key)
         groups: dict[tuple[str, str, str | None], list[float]] = {}
         rows = self.db["launch_samples"].rows_where(
-            "host_key = ? and engine = ? and metric = ?", [host_key, engine, metric], order_by="id"
+            "host_key = ? and engine = ? and metric = ?", [key.host, key.engine, key.metric], order_by="id"
         )
         for row in rows:
             if row["id"] not in exclude:
@@ -484,12 +483,10 @@ class Store:
         )
         return [row["objective"] for row in rows]
 
-    def launch_noise(
-        self, host_key: str, engine: str, metric: str, exclude: frozenset[int] = frozenset()
-    ) -> LaunchNoise | None:
-        """The launch-to-launch spread of this objective metric on this host and engine (without the
-        samples in `exclude`: a verdict pools its own launches with this, and must not count them twice)."""
-        return pooled(self.launch_groups(host_key, engine, metric, exclude))
+    def launch_noise(self, key: NoiseKey, exclude: frozenset[int] = frozenset()) -> LaunchNoise | None:
+        """The launch-to-launch spread of `key` (an objective metric on a host and engine), without the
+        samples in `exclude` (a verdict pools its own launches with this, and must not count them twice)."""
+        return pooled(self.launch_groups(key, exclude))
 
     # ------------------------------------------------------------ recipes
 

@@ -19,7 +19,9 @@ from collections.abc import Callable
 
 from autotune.models import Confirmation, ConfirmationLaunch, GatePolicy, TrialResult
 from autotune.study.relaunches import Relaunch
-from autotune.trial.run import TrialContext, objective_only, run_trial
+from autotune.study.reporter import Reporter
+from autotune.trial.context import TrialContext, objective_only
+from autotune.trial.launch import Launch, LaunchRequest, Purpose
 from autotune.verdict.confirmation import rounds_done, verdict_of
 from autotune.verdict.noise import LaunchNoise
 
@@ -28,27 +30,20 @@ KeepLaunch = Callable[[TrialResult, int, TrialResult, float], ConfirmationLaunch
 
 
 def decode_only(ctx: TrialContext) -> TrialContext:
-    """A relaunch for a launch-noise sample: the objective alone, with the trial's decode passes."""
+    """A relaunch for a launch-noise sample (a confirmation round's, a noise relaunch's): the
+    objective alone, with the trial's decode passes."""
     return objective_only(ctx).model_copy(update={"gates": GatePolicy.NO_ACCURACY})
 
 
-def relaunch(
-    ctx: TrialContext, arm: TrialResult, log_name: str, port: int, events: Callable[[str], None]
-) -> TrialResult:
-    """One decode-only launch of a measured config (its objective None when it failed)."""
-    return run_trial(decode_only(ctx).model_copy(update={"port": port}), arm.candidate, arm.number, events,
-                     log_name=log_name)
-
-
 def confirm(
+    launch: Launch,
     ctx: TrialContext,
     best: TrialResult,
     baseline: TrialResult,
     rounds: int,
-    port_for: Callable[[], int],
     keep: KeepLaunch,
-    events: Callable[[str], None] = lambda _: None,
-    announce: Callable[[Relaunch], None] = lambda _: None,
+    *,
+    reporter: Reporter,
     prior: LaunchNoise | None = None,
     earlier: list[ConfirmationLaunch] | None = None,
     total: int | None = None,
@@ -63,9 +58,11 @@ def confirm(
     total = max(total or 0, first - 1 + rounds)
     for round_ in range(first, first + rounds):
         for arm in (baseline, best):
-            announce(Relaunch.confirmation(round_, total, arm.number))
+            reporter.relaunch_started(Relaunch.confirmation(round_, total, arm.number))
             started = clock()
-            result = relaunch(ctx, arm, f"confirm-r{round_}-trial-{arm.number:03d}", port_for(), events)
+            result = launch(LaunchRequest(decode_only(ctx), arm.candidate, arm.number, Purpose.CONFIRMATION,
+                                          log_name=f"confirm-r{round_}-trial-{arm.number:03d}",
+                                          events=reporter.trial_event))
             launches.append(keep(arm, round_, result, clock() - started))
     return verdict_of(ctx.study, best, baseline, launches, prior, ctx.space.objective.confirm_alpha, rounds,
                       slowed())

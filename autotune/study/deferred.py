@@ -22,7 +22,7 @@ from pathlib import Path
 from autotune.gates.dominated import DominatedCheck, GatesSkipped, SkipKind
 from autotune.gates.score import by_score as score_order
 from autotune.models import TrialResult
-from autotune.trial.run import TrialContext, objective_only
+from autotune.trial.context import TrialContext, objective_only
 
 #: why a faster trial's gates did not run in its own launch
 DEFERRED = "faster than the incumbent: its gates run at the end of the study, if it is then the best by score"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.launchers.base import free_port
 from autotune.models import (
     SCHEDULE_KEY,
     Candidate,
@@ -26,11 +25,8 @@ from autotune.models import (
     TrialResult,
     tps_measurement,
 )
-from autotune.study.leases import BoxPool
-from autotune.study.parallel import on_boxes
-from autotune.study.plan import SearchPlan
-from autotune.study.tuner import StudyOutcome, TimeBudget, typical_trial_s
-from autotune.trial.run import objective_only, run_trial
+from autotune.trial.context import TrialContext, objective_only
+from autotune.trial.launch import LaunchRequest, Purpose
 from autotune.verdict.draft_schedule import judge_levels
 from autotune.verdict.noise import LaunchNoise
 
@@ -120,8 +116,8 @@ def schedule_candidate(trial: TrialResult, schedule: DraftSchedule) -> Candidate
 
 
 def confirm_schedule(
-    plan: SearchPlan, report: DraftScheduleReport, anchor: TrialResult, noise_of: NoiseOf,
-    events: Callable[[str], None], pool: BoxPool | None = None,
+    launch: Callable[[LaunchRequest], TrialResult], ctx: TrialContext, report: DraftScheduleReport,
+    anchor: TrialResult, noise: NoiseOf, events: Callable[[str], None] = lambda _: None,
 ) -> DraftScheduleReport:
     """One launch of the schedule (decode and every concurrency level, no accuracy), judged against
     the best single K's trial level by level."""
@@ -129,10 +125,9 @@ def confirm_schedule(
     candidate = schedule_candidate(anchor, report.schedule)
     levels = [x.concurrency for x in report.levels]
     events(f"draft schedule {report.schedule.text()}: one launch against trial {anchor.number}")
-    with on_boxes(pool, plan.nodes, plan.ctx, plan.pool_cluster) as (ctx, _boxes):
-        run_ctx = objective_only(ctx, concurrency=levels).model_copy(
-            update={"gates": GatePolicy.NO_ACCURACY, "port": free_port()})
-        result = run_trial(run_ctx, candidate, anchor.number, events, log_name=f"draft-schedule-trial-{anchor.number:03d}")
+    run_ctx = objective_only(ctx, concurrency=levels).model_copy(update={"gates": GatePolicy.NO_ACCURACY})
+    result = launch(LaunchRequest(run_ctx, candidate, anchor.number, Purpose.DRAFT_SCHEDULE,
+                                  log_name=f"draft-schedule-trial-{anchor.number:03d}", events=events))
     config = None
     if result.launch is not None:
         argv = result.launch.server.argv
@@ -141,22 +136,5 @@ def confirm_schedule(
         why = result.failure.message if result.failure else result.reason or result.status
         return report.model_copy(update={"why": f"its launch failed: {why}", "speculative_config": config})
     rows = [x.model_copy(update={"schedule_tps": tps_at(result, x.concurrency)}) for x in report.levels]
-    rows, status, why = judge_levels(rows, noise_of())
+    rows, status, why = judge_levels(rows, noise())
     return report.model_copy(update={"levels": rows, "status": status, "why": why, "speculative_config": config})
-
-
-def schedule_study(
-    plan: SearchPlan, outcome: StudyOutcome, noise_of: NoiseOf, budget: TimeBudget,
-    events: Callable[[str], None], pool: BoxPool | None = None,
-) -> DraftScheduleReport:
-    """The study's draft schedule: why none, composed, or composed and confirmed in one launch."""
-    refused = refusal(plan.space, plan.choices)
-    if refused is not None:
-        return refused.model_copy(update={"study": plan.study})
-    report, anchor = compose(plan.study, outcome.ranked, plan.space.workload.concurrency)
-    if report.schedule is None or anchor is None:
-        return report
-    late = budget.refusal(typical_trial_s(outcome.trials), "a launch")
-    if late:
-        return report.model_copy(update={"why": f"composed from the trials; its launch skipped: {late}"})
-    return confirm_schedule(plan, report, anchor, noise_of, events, pool)

@@ -1,5 +1,5 @@
 """Progress a person can plan with: what a search will run and about how long, before the first
-launch, and the ETA as trials finish (requests inside a trial: autotune/trial/requests.py).
+launch (`forecast`), and the ETA as trials finish (requests inside a trial: autotune/trial/requests.py).
 
 Estimating only: printing lives in autotune/output/terminal.py. A time estimate says what it is based on: trials
 already measured in runs.db (this study, else earlier studies of the same space and engine), or,
@@ -14,10 +14,19 @@ import statistics
 from pydantic import BaseModel, ConfigDict
 
 from autotune.engines import get_engine
-from autotune.models import SearchSpace, TrialResult
-from autotune.store import Store
+from autotune.failures.learning import environment_of
+from autotune.gates.score import rank
+from autotune.hardware.profiles import describe
+from autotune.models import GatePolicy, SearchSpace, TrialResult
+from autotune.planner.roofline import estimate
+from autotune.space.candidates import baseline, enumerate_candidates
+from autotune.store import ENVIRONMENT, Store
+from autotune.study.outcome import baseline_of, judged_again
+from autotune.study.plan import RunSettings, SearchPlan
+from autotune.study.relaunch_cost import gates_time_s, relaunch_s
 from autotune.trial.phases import Phase, Step
 from autotune.trial.requests import workload_requests
+from autotune.verdict.confirmation import rounds_done
 
 
 class RunForecast(BaseModel):
@@ -86,14 +95,6 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-GATE_PHASES = (Phase.NEEDLE.value, Phase.QEVAL.value)
-
-
-def gates_time_s(trial: TrialResult) -> float:
-    """Seconds the trial's own launch spent on its gates (phase_s; 0 where they did not run)."""
-    return sum(trial.phase_s.get(p, 0.0) for p in GATE_PHASES)
-
-
 def measured_trials(store: Store, study: str, space: SearchSpace) -> tuple[list[TrialResult], str]:
     """Trials whose engine served: this study's, else earlier studies' of the same space and engine."""
     def launched(name: str) -> list[TrialResult]:  # a start that failed in seconds prices nothing
@@ -114,7 +115,7 @@ def measured_trials(store: Store, study: str, space: SearchSpace) -> tuple[list[
 def workload_guess_s(space: SearchSpace, accuracy: bool, decode_tps: float | None, prefill_tps: float | None) -> float:
     """A rough upper guess of one trial: startup + every request's output at full length, and
     every prompt token at the prefill rate (the baseline's context; the study's needle test)."""
-    from autotune.space.candidates import baseline, context_tokens, needle_lengths
+    from autotune.space.candidates import context_tokens, needle_lengths
 
     work = space.workload
     ctx = context_tokens(space, baseline(space))
@@ -155,3 +156,71 @@ def eta_s(durations: list[float], trials_left: int, confirm_launches: int, curre
     typical = statistics.median(durations)
     running = max(0.0, typical - current_s) if trials_left > 0 else 0.0
     return running + typical * (max(0, trials_left - 1) + confirm_launches)
+
+
+def forecast(plan: SearchPlan, settings: RunSettings) -> RunForecast:
+    """What a run will do before its first launch: candidates left, trials, confirmation, time.
+    A launch's time is priced without its gates, and the gates where they run: with gates at the
+    end the qeval reference's trial and one relaunch of the final best, else every trial (at most)."""
+    store = plan.store
+    own = store.trials(plan.study) if store else []
+    # a candidate whose trials all failed for a cause every candidate shared is tried again
+    retried = {t.candidate.key() for t in own if t.status == ENVIRONMENT}
+    tried = {t.candidate.key() for t in own if t.status != ENVIRONMENT}
+    retried -= tried
+    left = [c for c in enumerate_candidates(plan.space) if plan.pruner.reason(c) is None and c.key() not in tried]
+    measured = len([t for t in own if t.status in ("ok", "failed")])
+    to_run = max(0, min(settings.trials - measured, len(left)))
+    launched, basis = measured_trials(store, plan.study, plan.space) if store else ([], "")
+    gate_runs = [gates_time_s(t) for t in launched if gates_time_s(t) > 0]
+    guess = estimate(plan.space, baseline(plan.space), plan.hardware, plan.nodes)
+    plain = workload_guess_s(plan.space, False, guess.decode_tps, guess.prefill_tps)
+    if launched:
+        trial_s: float | None = statistics.median(t.duration_s - gates_time_s(t) for t in launched)
+    else:
+        trial_s = plain
+        basis = (
+            "rough guess, nothing measured here yet: the workload's requests at the planner's "
+            f"{guess.decode_tps or 20:.0f} tok/s plus a ~{plan.engine.startup_guess_s:.0f} s start"
+        )
+    gates = plan.ctx.gates.accuracy and (plan.space.gates.needle is not None or plan.space.gates.qeval is not None)
+    gated = relaunches = 0
+    gates_s: float | None = None
+    if gates:
+        gates_s = statistics.median(gate_runs) if gate_runs else (
+            workload_guess_s(plan.space, True, guess.decode_tps, guess.prefill_tps) - plain
+        )
+        if plan.ctx.gates is GatePolicy.AT_END:
+            reference_gated = any(gates_time_s(t) > 0 or t.needle or t.qeval for t in own)
+            relaunches = 1
+            gated = (0 if reference_gated or to_run == 0 else 1) + relaunches
+        else:
+            gated = to_run
+    confirm_rounds = settings.confirm_rounds
+    if store is not None and to_run == 0 and confirm_rounds > 0:  # a resume runs only the missing rounds
+        judged = judged_again(store, plan.study, own)
+        ranked, base = rank(judged), baseline_of(judged)
+        if ranked and base is not None:
+            done = rounds_done(store.confirmation_launches(plan.study, ranked[0].number, base.number))
+            confirm_rounds = max(0, confirm_rounds - done)
+    return RunForecast(
+        study=plan.study,
+        candidates_total=plan.candidates_total,
+        candidates_left=len(left),
+        measured=measured,
+        trials=to_run,
+        confirm_rounds=confirm_rounds,
+        trial_s=trial_s,
+        relaunch_s=(relaunch_s(own, plan.space.objective, store.relaunch_seconds(plan.study)) if store else None)
+        or relaunch_guess_s(plan.space, guess.decode_tps, guess.prefill_tps),
+        basis=basis,
+        gated=gated,
+        gates_s=gates_s,
+        relaunches=relaunches,
+        # the confirmation's rounds relaunch the baseline too (the run's noise relaunches top up)
+        noise_relaunches=max(0, settings.noise_relaunches - confirm_rounds),
+        hardware=describe(plan.hardware),
+        parallel=plan.parallel,
+        retried=len(retried),
+        retried_because=cause.describe() if retried and (cause := environment_of(own)) else None,
+    )

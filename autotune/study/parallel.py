@@ -1,4 +1,5 @@
 """Several trials in flight: launches run in threads, each on the boxes it leased; one controller.
+Where every launch of a study runs (`Boxes`): a trial's, and each relaunch's.
 
 The Tuner (autotune/study/tuner.py) stays the only writer of runs.db and the only one that talks
 to Optuna: it asks for a candidate, leases its boxes (autotune/study/leases.py), records the
@@ -14,6 +15,7 @@ single writer, and the study lock (autotune/study/lock.py) refuses a second cont
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -24,7 +26,8 @@ import optuna
 from autotune.models import Candidate, Cluster, TrialResult
 from autotune.study.forecast import fmt_duration
 from autotune.study.leases import BoxPool, Lease, boxes_label
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
+from autotune.trial.launch import Launch, LaunchRequest
 
 
 @dataclass
@@ -54,27 +57,44 @@ def in_flight_text(flights: list[Flight], eta_s: float | None = None) -> str:
     return text + (f"; trials ETA {fmt_duration(eta_s)}" if eta_s is not None else "")
 
 
-def leased_context(ctx: TrialContext, lease: Lease | None, boxes: Cluster | None) -> TrialContext:
-    """The context of a launch on `lease`: the leased boxes' nodes as its cluster where the pool
-    came from a cluster file (`boxes`); stand-in boxes on this host keep the context as it is."""
-    if lease is None or boxes is None:
-        return ctx
-    nodes = [boxes.nodes[i] for i in lease.boxes]
-    return ctx.model_copy(update={"cluster": boxes.model_copy(update={"nodes": nodes})})
+@dataclass(frozen=True)
+class Boxes:
+    """Where a study's launches run: `count` boxes leased from `pool` for each launch (the boxes its
+    layout needs), the nodes of `cluster` where the pool came from a cluster file (None: stand-in
+    boxes on this host). Without a pool every launch takes the boxes of one launch in turn: no
+    lease, no box recorded."""
 
+    pool: BoxPool | None = None
+    count: int = 1
+    cluster: Cluster | None = None
 
-@contextlib.contextmanager
-def on_boxes(pool: BoxPool | None, count: int, ctx: TrialContext, boxes: Cluster | None) -> Iterator[tuple[TrialContext, tuple[int, ...]]]:
-    """Hold `count` boxes for one launch (a relaunch, an isolation launch), then give them back;
-    without a pool the launch runs as before, on no recorded box."""
-    if pool is None:
-        yield ctx, ()
-        return
-    lease = pool.lease(count)
-    try:
-        yield leased_context(ctx, lease, boxes), lease.boxes
-    finally:
-        pool.release(lease)
+    def lease(self) -> Lease | None:
+        return self.pool.lease(self.count) if self.pool is not None else None
+
+    def on(self, ctx: TrialContext, lease: Lease | None) -> TrialContext:
+        """The context of a launch on `lease`: the leased boxes' nodes as its cluster where the pool
+        came from a cluster file; stand-in boxes on this host keep the context as it is."""
+        if lease is None or self.cluster is None:
+            return ctx
+        nodes = [self.cluster.nodes[i] for i in lease.boxes]
+        return ctx.model_copy(update={"cluster": self.cluster.model_copy(update={"nodes": nodes})})
+
+    @contextlib.contextmanager
+    def leased(self, ctx: TrialContext) -> Iterator[tuple[TrialContext, tuple[int, ...]]]:
+        """Hold boxes for one or more launches (a relaunch, an isolation launch, a confirmation's
+        rounds), then give them back: `ctx` on them, and which they are."""
+        lease = self.lease()
+        try:
+            yield self.on(ctx, lease), lease.boxes if lease else ()
+        finally:
+            if lease is not None and self.pool is not None:
+                self.pool.release(lease)
+
+    def launch(self, launch: Launch, request: LaunchRequest) -> TrialResult:
+        """`request` launched on boxes held for it alone; the result names the boxes it ran on."""
+        with self.leased(request.ctx) as (ctx, held):
+            result = launch(dataclasses.replace(request, ctx=ctx))
+        return result.model_copy(update={"boxes": list(held)}) if held else result
 
 
 class Launches:

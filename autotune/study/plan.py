@@ -22,7 +22,7 @@ from autotune.space.candidates import (
     enumerate_candidates,
 )
 from autotune.store import Store
-from autotune.trial.run import TrialContext
+from autotune.trial.context import TrialContext
 
 
 class SearchPlan(BaseModel):
@@ -48,6 +48,21 @@ class SearchPlan(BaseModel):
     boxes: int = 1  # the boxes trials lease (autotune/study/leases.py); each trial takes `nodes` of them
     pool_cluster: Cluster | None = None  # the cluster file's nodes those boxes are (None: stand-ins on this host)
     parallel: int = 1  # trials in flight at once (autotune/study/parallel.py)
+
+
+class RunSettings(BaseModel):
+    """How far one run of a plan goes: its trials (launches that count, baseline included), the
+    sampler's seed, the confirmation rounds in all for the study, the baseline's noise relaunches,
+    the qeval reference (None: trial 0) and the wall-clock budget in seconds (None: none)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trials: int
+    seed: int = 0
+    confirm_rounds: int = 0
+    noise_relaunches: int = 1
+    qeval_reference: int | None = None
+    time_budget_s: float | None = None
 
 
 #: the planner's best-predicted candidates a new study queues after the baseline and the --try ones

@@ -14,11 +14,16 @@ from __future__ import annotations
 import statistics
 
 from autotune.models import Objective, TrialResult
-from autotune.study.forecast import gates_time_s
 from autotune.trial.phases import Phase
 
 #: phases of a trial that an objective-only relaunch runs again
 RELAUNCH_PHASES = tuple(p.value for p in (Phase.START, Phase.WARM_UP, Phase.DECODE, Phase.TEARDOWN))
+GATE_PHASES = (Phase.NEEDLE.value, Phase.QEVAL.value)
+
+
+def gates_time_s(trial: TrialResult) -> float:
+    """Seconds the trial's own launch spent on its gates (phase_s; 0 where they did not run)."""
+    return sum(trial.phase_s.get(p, 0.0) for p in GATE_PHASES)
 
 
 def _phases_s(trial: TrialResult, phases: tuple[str, ...]) -> float:

@@ -1,7 +1,10 @@
-"""One trial: launch the engine for a candidate, wait healthy, measure, check accuracy, stop.
+"""The Launch that starts the engine (`EngineLaunch`, trial/launch.py's protocol): render the
+candidate's launch, start it, measure what the request's context asks (a trial's workload, a
+relaunch's objective, a smoke launch's one completion), run the gates it asks for, stop.
 
 Failures are data: a start that crashes or hangs, or a server that dies mid-measurement, becomes a
-TrialResult with status "failed", its failure class and the log lines that show it.
+TrialResult with status "failed", its failure class and the log lines that show it (read the one
+way, trial/launch.py), built by one function (`_failed`).
 """
 
 from __future__ import annotations
@@ -9,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,138 +22,41 @@ from autotune.bench import throughput
 from autotune.bench.capacity import SLO_UNMET, SloUnmet
 from autotune.bench.client import OpenAIClient
 from autotune.bench.energy import EnergyMeter, energy_measurements
-from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.engines.base import Engine, acceptance_length
-from autotune.errors import AutotuneError, ConfigError, EngineStartError
-from autotune.launchers import launcher_class, open_server
-from autotune.launchers.watchdog import WatchdogLimits
+from autotune.errors import AutotuneError, ConfigError
+from autotune.launchers import launcher_class, stop_all
+from autotune.launchers.base import free_port
 from autotune.models import (
     AcceptanceSource,
-    Checked,
     CapacityReport,
     Candidate,
     Cluster,
     FailureCause,
     FailureInfo,
-    GatePolicy,
     LaunchSpec,
     Measurement,
-    ModelSpec,
-    NcclReading,
     NeedleReport,
     QevalReport,
     ReadyRequest,
     RequestResult,
-    SearchSpace,
     TrialEnergy,
     TrialResult,
     utc_now_ms,
 )
-from autotune.trial.phases import Phase, PhaseClock, Step
-from autotune.engines.signatures import ENGINE_STALLED, UNCLASSIFIED
-from autotune.trial.liveness import EngineStalled, StallGuard, stalled_failure
 from autotune.space.candidates import context_tokens, needle_lengths
+from autotune.trial.launch import (
+    GatesToRun, LaunchRequest, Purpose, StartFailed, engine_up, serving_failure, stalled_while_serving,
+)
+from autotune.trial.liveness import EngineStalled, StallGuard
+from autotune.trial.phases import Phase, PhaseClock, Step
 
-
-class TrialContext(Checked):
-    """Everything a trial needs besides the candidate."""
-
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-
-    study: str
-    space: SearchSpace
-    model: ModelSpec
-    engine: Engine
-    logs_dir: Path
-    port: int = 8470
-    gates: GatePolicy = GatePolicy.AT_ONCE  # when needle and qeval run (commands/setup.py resolves it)
-    watchdog: WatchdogLimits = WatchdogLimits()
-    launcher: str = "process"  # a name in autotune.launchers.LAUNCHERS
-    cluster: Cluster | None = None
-    nccl: list[NcclReading] = []  # what each node loads, read before a multi-node study (launchers/nccl.py)
-    #: the planner's KV pool of a candidate in tokens (None: unknown), bounding a capacity search's streams
-    kv_pool: Callable[[Candidate], int | None] | None = None
-
-    def render(self, candidate: Candidate) -> LaunchSpec:
-        """The launch of `candidate`: the cluster form over several nodes, and on one node too when
-        the launcher runs only Ray launches (a one-node Ray cluster: the one-Spark case)."""
-        if self.cluster is not None and (len(self.cluster.nodes) > 1 or launcher_class(self.launcher).ray_nodes_only):
-            launch = self.engine.render_cluster(candidate, self.model, self.port, self.cluster)
-        else:
-            launch = self.engine.render(candidate, self.model, self.port)
-        if self.launcher == "docker" and self.cluster is not None and self.cluster.image:
-            launch = launch.model_copy(update={"image": self.cluster.image})  # what the record says it ran in
-        return launch
-
-    def check_launchable(self, candidate: Candidate) -> None:
-        """Refuse (ConfigError) a candidate whose launch the launcher cannot run: checked for the
-        baseline before runs.db opens, so no study starts that could only crash."""
-        launch = self.render(candidate)
-        problem = launcher_class(self.launcher).launch_problem(launch)
-        if problem:
-            raise ConfigError(f"the {self.launcher} launcher cannot run this launch: {problem}")
-
-
-Events = Callable[[str], None]
-
-
-def objective_only(ctx: TrialContext, **workload: object) -> TrialContext:
-    """The context of a relaunch that measures the objective alone (decode at one stream on the
-    short prompts, and the objective's own waves of N streams where it reads them): no cold
-    prefill, no long-context decode, no other concurrency; `workload` sets more."""
-    waves = ctx.space.objective.waves
-    # capacity_at_slo: the relaunch runs the whole search again, and no decode passes (not the objective)
-    decode = {"prompt_sets": []} if ctx.space.objective.capacity else {}
-    work = ctx.space.workload.model_copy(
-        update={"prefill_tokens": [], "decode_context_tokens": [], "concurrency": [1, *waves],
-                **decode, **workload}
-    )
-    return ctx.model_copy(update={"space": ctx.space.model_copy(update={"workload": work})})
+#: what a smoke launch asks (one short greedy completion: the engine serves or it does not)
+SMOKE_PROMPT = "The capital of France is"
 
 
 def from_log(engine: Engine, log_text: str) -> dict[str, Any]:
     """What the engine's log says it selected and resolved, as TrialResult fields."""
     return {"selected": engine.selected(log_text), "resolved": engine.resolved(log_text)}
-
-
-#: the failures a launch ends with when its log names none, and what each blames
-FALLBACK_CAUSES: dict[str, FailureCause] = {
-    "startup_timeout": FailureCause.LIMITS,  # the start-up time-out: a slow start, not a broken value
-    "serving_failed": FailureCause.LIMITS,  # the engine stayed up and a request failed: load, not a knob value
-    "startup_crash": FailureCause.UNEXPLAINED,
-    "crash_during_run": FailureCause.UNEXPLAINED,
-}
-
-
-def failure_from_log(engine: Engine, log_text: str, fallback_class: str, message: str) -> FailureInfo:
-    found = engine.classify(log_text)
-    if found is not None and found.failure_class == UNCLASSIFIED and fallback_class == "serving_failed":
-        # a request handler's traceback while the server stays up: not an engine crash to isolate
-        root = found.message.removeprefix(f"{UNCLASSIFIED}: ")
-        return found.model_copy(update={
-            "failure_class": fallback_class, "message": f"{fallback_class}: {root}", "evidence": [message, *found.evidence],
-            "cause": FALLBACK_CAUSES[fallback_class],
-        })
-    if found is not None:
-        return found
-    last = [line for line in log_text.strip().splitlines() if line.strip()][-5:]
-    return FailureInfo(failure_class=fallback_class, message=message, evidence=last, cause=FALLBACK_CAUSES[fallback_class])
-
-
-def log_cause(engine: Engine, log_text: str) -> FailureInfo | None:
-    """The root cause a stalled engine's log names (an NCCL liveness line), if any."""
-    found = engine.classify(log_text)
-    return None if found is None or found.failure_class in (UNCLASSIFIED, ENGINE_STALLED) else found
-
-
-def note_in_log(log_path: Path, failure: FailureInfo) -> None:
-    """autotune's evidence at the end of the trial's log, so the saved log shows (and
-    `autotune probe --classify` names) what stopped the trial."""
-    try:
-        with log_path.open("a") as log:
-            log.write("\n".join(failure.evidence) + "\n")
-    except OSError:
-        pass
 
 
 async def _scrape_counters(engine: Engine, base_url: str) -> dict[str, float]:
@@ -179,13 +83,14 @@ def acceptance(before: dict[str, float], after: dict[str, float]) -> Measurement
 
 
 class Measured(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """What one launch measured: its workload's numbers and the gates it ran."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     measurements: list[Measurement] = []
     needle: NeedleReport | None = None
     qeval: QevalReport | None = None
-    skip: GatesSkipped | None = None  # why its gates did not run in this launch
-    accuracy_from: int | None = None
+    gates: GatesToRun = GatesToRun()  # what this launch did about its gates (skipped, reused, ran)
     capacity: CapacityReport | None = None
     energy: TrialEnergy | None = None
     acceptance_source: AcceptanceSource | None = None
@@ -220,20 +125,19 @@ def gpus_by_node(launch: LaunchSpec, candidate: Candidate, launcher: str, cluste
 
 
 async def measure(
-    ctx: TrialContext,
-    candidate: Candidate,
+    request: LaunchRequest,
     base_url: str,
-    events: Events,
     clock: PhaseClock | None = None,
-    dominated: DominatedCheck | None = None,
-    reuse: TrialResult | None = None,
     ready: ReadyRequest | None = None,
     meter: EnergyMeter | None = None,
 ) -> Measured:
+    """The workload of the request's context against the engine at `base_url`, then the gates the
+    request runs (`LaunchRequest.gates`)."""
     from autotune.bench import capacity, needle, qeval
     from autotune.trial.requests import CountingClient, RequestProgress
     from autotune.trial.requests import workload_requests
 
+    ctx, candidate, events = request.ctx, request.candidate, request.events
     workload = ctx.space.workload
     out = Measured()
     meter = meter or EnergyMeter(None, "not read: no meter for this measurement", [])
@@ -300,19 +204,16 @@ async def measure(
                 raise capacity.SloUnmet(out.capacity)
         out.energy = meter.record()
         out.measurements += energy_measurements(out.energy)
-        if dominated is not None and ctx.gates.accuracy:
-            objective, score = throughput.objective_value(out.measurements, ctx.space.objective)
-            out.skip = dominated(objective, score)
-            if out.skip is not None:
-                events(f"{out.skip.kind.value}: {out.skip.why}")
-        if reuse is not None and ctx.gates.accuracy and out.skip is None:
-            out.needle, out.qeval, out.accuracy_from = reuse.needle, reuse.qeval, reuse.number
-            events(f"accuracy reused from trial {reuse.number} (differs only in numerics-neutral knobs)")
-        if ctx.gates.accuracy and ctx.space.gates.needle and out.skip is None and reuse is None:
+        out.gates = request.gates(lambda: throughput.objective_value(out.measurements, ctx.space.objective))
+        if out.gates.skip is not None:
+            events(f"{out.gates.skip.kind.value}: {out.gates.skip.why}")
+        if out.gates.reuse is not None:
+            events(f"accuracy reused from trial {out.gates.reuse.number} (differs only in numerics-neutral knobs)")
+        if out.gates.needle:
             open_step(Step.of(Phase.NEEDLE))
             study_test = ctx.space.gates.needle.model_copy(update={"lengths_tokens": needle_lengths(ctx.space)})
             out.needle = await needle.run_needle(client, study_test, ctx_tokens, style=ctx.model.prompt_style)
-        if ctx.gates.accuracy and ctx.space.gates.qeval and out.skip is None and reuse is None:
+        if out.gates.qeval:
             open_step(Step.of(Phase.QEVAL))
             cfg = ctx.space.gates.qeval
             out.qeval = await qeval.run_qeval(
@@ -323,135 +224,102 @@ async def measure(
     return out
 
 
-def run_trial(
-    ctx: TrialContext,
-    candidate: Candidate,
-    number: int,
-    events: Events = lambda _: None,
-    log_name: str | None = None,
-    dominated: DominatedCheck | None = None,
-    reuse: TrialResult | None = None,
-) -> TrialResult:
-    started = utc_now_ms()
-    t0 = time.monotonic()
-    try:
-        launch = ctx.render(candidate)
-        problem = launcher_class(ctx.launcher).launch_problem(launch)
-        if problem:
-            raise ConfigError(f"the {ctx.launcher} launcher cannot run this launch: {problem}")
-    except ConfigError as exc:  # this candidate cannot be launched here: the trial fails, not the study
-        failure = FailureInfo(failure_class="configuration_error", message=str(exc), cause=FailureCause.LIMITS)
-        return TrialResult(study=ctx.study, number=number, candidate=candidate, status="failed",
-                           reason=f"configuration_error: {exc}", failure=failure, started_at=started,
-                           duration_s=time.monotonic() - t0)
-    log_path = ctx.logs_dir / ctx.study / f"{log_name or f'trial-{number:03d}'}.log"
-    if log_path.exists():
-        log_path.unlink()
-    common = dict(
-        study=ctx.study,
-        number=number,
-        candidate=candidate,
-        launch=launch,
-        nccl=ctx.nccl,
-        engine_version=ctx.engine.version(),
-        started_at=started,
-        log_path=str(log_path),
-    )
-    server = open_server(
-        launch,
-        log_path,
-        launcher=ctx.launcher,
-        cluster=ctx.cluster,
-        study=ctx.study,
-        trial=str(number),
-        startup_timeout_s=ctx.space.workload.startup_timeout_s,
-        limits=ctx.watchdog,
-    )
+def _failed(request: LaunchRequest, t0: float, failure: FailureInfo, reason: str | None = None,
+            **record: Any) -> TrialResult:
+    """The one failed result of a launch: what stopped it (`reason`: its message unless told), with
+    what the launch recorded before it stopped."""
+    return TrialResult(study=request.ctx.study, number=request.number, candidate=request.candidate, status="failed",
+                       reason=reason or failure.message, failure=failure, duration_s=time.monotonic() - t0, **record)
+
+
+def _configuration_error(request: LaunchRequest, t0: float, exc: AutotuneError, **record: Any) -> TrialResult:
+    """A launch its settings rule out (a launcher that cannot run it, a needle its context cannot
+    hold): the launch fails, not the study."""
+    failure = FailureInfo(failure_class="configuration_error", message=str(exc), cause=FailureCause.LIMITS)
+    return _failed(request, t0, failure, reason=f"configuration_error: {exc}", **record)
+
+
+class EngineLaunch:
+    """The Launch (trial/launch.py) that starts the engine: on a free port, through `engine_up`;
+    a smoke launch asks one short completion, any other launch measures its context's workload."""
+
+    def __call__(self, request: LaunchRequest) -> TrialResult:
+        started = utc_now_ms()
+        t0 = time.monotonic()
+        ctx = request.ctx
+        try:
+            launch = ctx.launchable(request.candidate, free_port())
+        except ConfigError as exc:  # this candidate cannot be launched here
+            return _configuration_error(request, t0, exc, started_at=started)
+        record = {"launch": launch, "nccl": ctx.nccl, "engine_version": ctx.engine.version(), "started_at": started,
+                  "log_path": str(request.log_path)}
+        if request.purpose is Purpose.SMOKE:
+            return _smoke(request, launch, t0, record)
+        return _measured(request, launch, t0, record)
+
+    def stop_all(self) -> None:
+        stop_all()
+
+
+def _up(request: LaunchRequest, launch: LaunchSpec):  # -> the context manager of trial/launch.py's engine_up
+    ctx = request.ctx
+    return engine_up(ctx.engine, launch, request.log_path, launcher=ctx.launcher, cluster=ctx.cluster,
+                     study=ctx.study, tag=request.tag, startup_timeout_s=ctx.space.workload.startup_timeout_s,
+                     limits=ctx.watchdog)
+
+
+def _measured(request: LaunchRequest, launch: LaunchSpec, t0: float, record: dict[str, Any]) -> TrialResult:
+    """A trial or a relaunch: the workload of the request's context, then its gates."""
+    ctx, candidate = request.ctx, request.candidate
     meter = EnergyMeter.open_nodes(gpus_by_node(launch, candidate, ctx.launcher, ctx.cluster),
                                    nodes=len({n.node for n in launch.nodes}) or 1)
     meter.before_launch()  # idle power and the GPUs' state, before the engine starts
-    events("starting engine")
+    request.events("starting engine")
     clock = PhaseClock()
     clock.enter(Phase.START)
     try:
-        with closing(meter), server:
+        with closing(meter), _up(request, launch) as server:
             clock.stop()
-            events(f"engine up after {server.startup_s:.1f} s")
+            request.events(f"engine up after {server.startup_s:.1f} s")
+
+            def failed(failure: FailureInfo, log: str, **more: Any) -> TrialResult:
+                return _failed(request, t0, failure, **from_log(ctx.engine, log), phase_s=clock.ordered(),
+                               energy=meter.record(), **more, **record)
+
             try:
-                measured = asyncio.run(measure(ctx, candidate, server.base_url, events, clock, dominated, reuse,
-                                                launch.ready, meter))
+                measured = asyncio.run(measure(request, server.base_url, clock, launch.ready, meter))
             except AutotuneError as exc:  # e.g. a needle test this context cannot hold: the trial fails, not the study
-                failure = FailureInfo(failure_class="configuration_error", message=str(exc), cause=FailureCause.LIMITS)
-                return TrialResult(
-                    status="failed", reason=f"configuration_error: {exc}", failure=failure,
-                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
-                    phase_s=clock.ordered(), energy=meter.record(), **common,
-                )
+                return _configuration_error(request, t0, exc, **from_log(ctx.engine, server.log_text()),
+                                            phase_s=clock.ordered(), energy=meter.record(), **record)
             except EngineStalled as exc:  # health answers, no token comes back: a hang, not a slow config
                 log = server.log_text()
-                failure = stalled_failure(exc.evidence, log_cause(ctx.engine, log), "while measuring")
-                note_in_log(log_path, failure)
-                return TrialResult(
-                    status="failed", reason=failure.message, failure=failure, duration_s=time.monotonic() - t0,
-                    **from_log(ctx.engine, log), phase_s=clock.ordered(), energy=meter.record(), **common,
-                )
+                return failed(stalled_while_serving(ctx.engine, log, request.log_path, exc.evidence), log)
             except SloUnmet as exc:  # the engine served, and not one level met the SLO: the config cannot serve it
                 failure = FailureInfo(failure_class=SLO_UNMET, message=f"{SLO_UNMET}: {exc}", cause=FailureCause.LIMITS)
-                return TrialResult(
-                    status="failed", reason=failure.message, failure=failure, capacity=exc.report,
-                    duration_s=time.monotonic() - t0, **from_log(ctx.engine, server.log_text()),
-                    phase_s=clock.ordered(), energy=meter.record(), **common,
-                )
+                return failed(failure, server.log_text(), capacity=exc.report)
             except throughput.MeasurementFailed as exc:
                 log = server.log_text()
-                alive = server.alive()
-                failure = server.memory_failure() or failure_from_log(
-                    ctx.engine, log, "serving_failed" if alive else "crash_during_run", str(exc)
-                )
-                return TrialResult(
-                    status="failed",
-                    reason=failure.message,
-                    failure=failure,
-                    duration_s=time.monotonic() - t0,
-                    **from_log(ctx.engine, log),
-                    phase_s=clock.ordered(),
-                    energy=meter.record(),
-                    **common,
-                )
+                return failed(serving_failure(ctx.engine, server, str(exc), log), log)
             log = server.log_text()
             startup = Measurement.of(
                 "startup_s", "s", "engine start to healthy, this launch", [server.startup_s or 0.0]
             )
             clock.enter(Phase.TEARDOWN)
         clock.stop()
-    except EngineStartError as exc:
+    except StartFailed as exc:
         clock.stop()
-        fallback = "startup_timeout" if exc.timed_out else "startup_crash"
-        failure = server.memory_failure() or failure_from_log(ctx.engine, exc.log_tail, fallback, str(exc))
-        if exc.stalled and failure.failure_class in ("startup_timeout", UNCLASSIFIED, "nccl_liveness"):
-            failure = stalled_failure([str(exc), *exc.evidence], log_cause(ctx.engine, exc.log_tail), "at start-up")
-            note_in_log(log_path, failure)
-        elif exc.timed_out and failure.failure_class != "startup_timeout":
-            failure = failure.model_copy(update={"message": f"{exc} — log shows: {failure.message}"})
-        return TrialResult(
-            status="failed",
-            reason=failure.message,
-            failure=failure,
-            duration_s=time.monotonic() - t0,
-            **from_log(ctx.engine, exc.log_tail),
-            phase_s=clock.ordered(),
-            energy=meter.record(),
-            **common,
-        )
+        return _failed(request, t0, exc.failure, **from_log(ctx.engine, exc.log_tail), phase_s=clock.ordered(),
+                       energy=meter.record(), **record)
     objective, score = throughput.objective_value(measured.measurements, ctx.space.objective)
     return TrialResult(
+        study=ctx.study,
+        number=request.number,
+        candidate=candidate,
         status="ok",
         **from_log(ctx.engine, log),
         start_parts_s=ctx.engine.start_parts(log),
         measurements=[*measured.measurements, startup],
-        needle=measured.needle,
-        qeval=measured.qeval,
-        accuracy_from=measured.accuracy_from,
+        **measured.gates.fields(measured.needle, measured.qeval),
         acceptance_source=measured.acceptance_source,
         capacity=measured.capacity,
         energy=measured.energy,
@@ -459,6 +327,27 @@ def run_trial(
         score=round(score, 4),
         duration_s=time.monotonic() - t0,
         phase_s=clock.ordered(),
-        **(measured.skip.fields() if measured.skip else {}),
-        **common,
+        **record,
     )
+
+
+def _smoke(request: LaunchRequest, launch: LaunchSpec, t0: float, record: dict[str, Any]) -> TrialResult:
+    """Start, ask one short greedy completion, stop: `ok` when the engine answered with text."""
+    ctx = request.ctx
+    served = ctx.model.served_name or ctx.model.name
+    try:
+        with _up(request, launch) as server:
+            try:
+                with httpx.Client(timeout=ctx.space.workload.request_timeout_s) as http:
+                    reply = http.post(server.base_url + "/v1/completions",
+                                      json={"model": served, "prompt": SMOKE_PROMPT, "max_tokens": 4, "temperature": 0})
+                    reply.raise_for_status()
+                    if not reply.json()["choices"][0].get("text"):
+                        raise ValueError("empty completion")
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                failure = serving_failure(ctx.engine, server, f"smoke request failed: {exc}", server.log_text())
+                return _failed(request, t0, failure, **record)
+    except StartFailed as exc:
+        return _failed(request, t0, exc.failure, **record)
+    return TrialResult(study=ctx.study, number=request.number, candidate=request.candidate, status="ok",
+                       duration_s=time.monotonic() - t0, **record)

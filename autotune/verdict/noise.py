@@ -43,6 +43,17 @@ def t_quantile(alpha: float, df: int) -> float:
     return table[min(df, len(table)) - 1]
 
 
+class NoiseKey(BaseModel):
+    """Whose launch-to-launch noise a sample joins and a verdict reads: one host (its key in
+    runs.db), one engine, one objective metric."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    engine: str
+    metric: str
+
+
 class LaunchNoise(BaseModel):
     """The pooled launch-to-launch spread of the objective (relative, log scale)."""
 

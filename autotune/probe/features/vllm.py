@@ -39,15 +39,15 @@ import httpx
 
 from autotune.engines.base import ProbeRequest, acceptance_length
 from autotune.engines.vllm import VllmEngine
-from autotune.errors import AutotuneError, ConfigError, EngineStartError, ProbeError
+from autotune.errors import AutotuneError, ConfigError, ProbeError
 from autotune.probe.order import BUDGET_USED_UP, order_cells
-from autotune.launchers import open_server
 from autotune.launchers.base import free_port
 from autotune.model.config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe.features.vllm_rows import BACKENDS, KV_DTYPES, rows_for
 from autotune.probe.runner import PROBES_HOME, probe_env, python_module_argv
 from autotune.engines.signatures import classify
+from autotune.trial.launch import FALLBACK_CAUSES, StartFailed, engine_up
 
 SELECTOR_PROGRAM = "probes.vllm_features"
 SELECTOR_MARK = "AUTOTUNE_SELECTOR "  # the program prints its answer on the line that starts so
@@ -269,30 +269,27 @@ def launch_one(
     launch = engine.render(Candidate(engine="vllm", params=params, env=env), model, port=free_port())
     prompt, max_tokens = (SPEC_PROMPT, 32) if combo.draft_k else (PROMPT, 8)
     text, tokens, error, spec = "", 0, None, ""
-    server = open_server(launch, log_path, launcher="process", startup_timeout_s=timeout_s)
-    try:
-        with _spawn_lock:  # one fork at a time: parallel launches come from threads
-            server.start()
-        server.wait_ready()
-        try:
-            before = read_metrics(engine, server.base_url) if combo.draft_k else {}
-            text, tokens = ask(server.base_url, prompt, max_tokens)
-            if combo.draft_k:
-                length = acceptance_length(before, read_metrics(engine, server.base_url))
-                spec = f"; acceptance_length={length:.2f} on one request" if length else "; no drafts counted"
-        except (httpx.HTTPError, KeyError, ValueError) as exc:
-            error = f"request failed: {type(exc).__name__}: {exc}"
-    except EngineStartError as exc:
+    try:  # one fork at a time: parallel launches come from threads
+        with engine_up(engine, launch, log_path, startup_timeout_s=timeout_s, spawn_lock=_spawn_lock) as server:
+            try:
+                before = read_metrics(engine, server.base_url) if combo.draft_k else {}
+                text, tokens = ask(server.base_url, prompt, max_tokens)
+                if combo.draft_k:
+                    length = acceptance_length(before, read_metrics(engine, server.base_url))
+                    spec = f"; acceptance_length={length:.2f} on one request" if length else "; no drafts counted"
+            except (httpx.HTTPError, KeyError, ValueError) as exc:
+                error = f"request failed: {type(exc).__name__}: {exc}"
+    except StartFailed as exc:
+        # a start that timed out is untested (raise --timeout); one that crashed names the signature it
+        # shows (the failure path of trial/launch.py), a crash no signature names only its error lines
         status = "untested" if exc.timed_out else "fails"
-        failure = None if exc.timed_out else _classify(exc.log_tail)
-        evidence = str(exc) if exc.timed_out else _failure_evidence(failure, exc.log_tail, str(exc))
+        failure = None if exc.timed_out or exc.failure.failure_class in FALLBACK_CAUSES else exc.failure
+        evidence = str(exc.error) if exc.timed_out else _failure_evidence(failure, exc.log_tail, str(exc.error))
         if exc.timed_out:
             evidence += " (raise --timeout: first starts compile kernels)"
         return ProbeResult(feature=feature, status=status, evidence=evidence[:2000],
                            signature=failure.failure_class if failure else None,
                            params=combo.params(), duration_s=round(time.monotonic() - t0, 1))
-    finally:
-        server.stop()
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     selected = engine.selected(log_text)
     picked = ", ".join(f"{k}={selected[k]}" for k in ("attention_backend", "flash_attn_version", "kv_cache_dtype")
