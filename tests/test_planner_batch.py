@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.commands.setup import planner_order
+from autotune.planner.prior import planner_order
 from autotune.hardware.profiles import get_profile
 from autotune.models import BatchLimit, Candidate, DecodeBound, ModelSpec, Objective, SearchSpace, Workload
 from autotune.planner.calibration import calibrate

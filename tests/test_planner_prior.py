@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autotune.hardware.profiles import resolve_hardware
 from autotune.planner.roofline import estimate
-from autotune.commands.setup import planner_order
+from autotune.planner.prior import planner_order
 from autotune.space.candidates import baseline, enumerate_candidates, load_space
 
 ROOT = Path(__file__).resolve().parent.parent

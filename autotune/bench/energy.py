@@ -18,6 +18,7 @@ says how many nodes it counts and gives no J/token.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from autotune.bench import rapl
 from autotune.bench.nvml import Nvml, NvmlUnavailable
+from autotune.errors import EnergyUnavailable
 from autotune.models import (
     EnergyMethod,
     EnergyReading,
@@ -34,6 +36,7 @@ from autotune.models import (
     Measurement,
     NodeEnergy,
     RequestResult,
+    SearchSpace,
     TrialEnergy,
     WorkloadEnergy,
 )
@@ -320,3 +323,25 @@ def energy_measurements(energy: TrialEnergy) -> list[Measurement]:
         out.append(Measurement.of(f"tokens_per_gpu_joule.{w.workload}", "tok/J",
                                   f"output tokens per GPU joule, {window}", [w.tokens_per_gpu_joule]))
     return out
+
+
+def gpu_energy_absent(space: SearchSpace) -> str | None:
+    """Why this host cannot give the GPU energy the space's objective reads; None where it can, or
+    where the objective reads none."""
+    if not space.objective.gpu_energy:
+        return None
+    meter = EnergyMeter.open(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    try:
+        return meter.absent if meter.method is None else None
+    finally:
+        meter.close()
+
+
+def check_energy_readable(space: SearchSpace) -> None:
+    """An objective of GPU energy needs an energy counter or power readings on this host: refused
+    (exit 3) before runs.db opens, not a study whose every trial fails."""
+    absent = gpu_energy_absent(space)
+    if absent is not None:
+        raise EnergyUnavailable(f"objective {space.objective.metric} needs the GPU's energy, and this host has "
+                                f"none to read ({absent}); rank by tok/s here (objective.metric "
+                                f"{space.objective.speed_fallback}), energy is then recorded where readable")

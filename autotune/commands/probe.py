@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.hardware.device import detect, host_fingerprint
-from autotune.engines import ProbeRequest, get_engine
+from autotune.commands.setup import on_this_host, read_space
+from autotune.engines import ProbeRequest
 from autotune.errors import ConfigError
 from autotune.model.files import resolve_model
 from autotune.models import FailureInfo, ProbeReport, ProbeResult
 from autotune.probe.runner import probe_names, python_module_argv, run_probe_subprocess
 from autotune.engines.signatures import classify
-from autotune.space.candidates import load_space
 from autotune.store import Store, check_writable
 
 KERNEL_PROGRAM = "probes.kernels"
@@ -60,20 +59,16 @@ def probe(
     budget_s: float = 480.0,
     logs_dir: Path = Path("autotune-logs") / "probe",
 ) -> ProbeReport:
-    space = load_space(space_name)
-    engine = get_engine(space.engine)
+    space, engine = read_space(space_name)
     model = resolve_model(space.model, model_path) if engine_probes else space.model
     if engine_probes:
         engine.check_available()
     check_writable(db_path)
-    device = detect()
-    host = host_fingerprint(device, engine)
-    if engine_probes:  # a value this engine version refuses: exit 2 before runs.db opens
-        engine.use_space(space).check_values(space, host.key())
+    here = on_this_host(space, engine, values=engine_probes)  # a value this engine version refuses: exit 2 here
     store = Store(db_path)
-    host_key = store.save_host(host)
+    host_key = store.save_host(here.host)
     stored = store.probe_results(host_key)
-    report = {"device": device, "engine": engine.name, "engine_version": engine.version(), "host_key": host_key}
+    report = {"device": here.device, "engine": engine.name, "engine_version": engine.version(), "host_key": host_key}
     leftover = untested_cells(stored) if engine_probes else []
     if stored and not refresh and not leftover:
         return ProbeReport(**report, results=stored, reused=True)

@@ -243,7 +243,7 @@ def _energy_objective(kind: SpaceObjective, workload: str, weight: float, flags:
 def energy_note(space: SearchSpace) -> str | None:
     """Where the space ranks by GPU energy and this host has none to read: a warning, not a refusal
     (a space is often written for another host); `search` with it exits 3 on a host like this one."""
-    from autotune.commands.setup import gpu_energy_absent
+    from autotune.bench.energy import gpu_energy_absent
 
     absent = gpu_energy_absent(space)
     if absent is None:
@@ -467,7 +467,7 @@ def _fit(name: str, model: ModelSpec, profile: HardwareProfile, nodes: int, draf
 def _validate(space: SearchSpace, profile: HardwareProfile, nodes: int) -> SearchSpace:
     """The checks `autotune search` makes when it loads a space (engine knobs, layout, candidates)."""
     from autotune.engines import get_engine
-    from autotune.commands.setup import launchable
+    from autotune.space.layout import launchable
 
     text = yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
     try:

@@ -1,2 +1,2 @@
-"""Search spaces: load a space file, enumerate and prune candidates, choose the shipped space for a
-hardware and node count, fingerprint. May import engines, hardware, model, bench, models."""
+"""Search spaces: load a space file, enumerate and prune candidates, a space's layout on N boxes,
+choose the shipped space for a hardware and node count, fingerprint. May import engines, hardware, model, bench, models."""

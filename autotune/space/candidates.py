@@ -61,6 +61,25 @@ def baseline(space: SearchSpace) -> Candidate:
     return make_candidate(space, space.baseline_params())
 
 
+def parse_tries(space: SearchSpace, tries: list[str]) -> list[Candidate]:
+    """`--try kv_cache_dtype=fp8,draft_k=4` -> the candidate with those knob values (others at default)."""
+    knobs = {k.name: k for k in space.knobs}
+    out = []
+    for text in tries:
+        tuned = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, raw = part.partition("=")
+            if not sep or name not in knobs:
+                raise ConfigError(f"--try {text!r}: {part!r} is not KNOB=VALUE for a knob of {space.name!r}")
+            matches = [v for v in knobs[name].values if str(v).lower() == raw.lower() or (v is None and raw in ("null", "none", "auto"))]
+            if not matches:
+                allowed = ", ".join(map(str, knobs[name].values))
+                raise ConfigError(f"--try {text!r}: {name} has no value {raw!r}; values: {allowed}")
+            tuned[name] = matches[0]
+        out.append(make_candidate(space, {**space.baseline_params(), **tuned}))
+    return out
+
+
 def count_candidates(space: SearchSpace) -> int:
     total = 1
     for knob in space.knobs:

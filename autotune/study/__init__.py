@@ -1,2 +1,3 @@
-"""One study run to its answer: the Tuner (Optuna loop), the checked plan, forecast and time
-budget, the study lock, gates at the end, confirmation relaunches. May import trial, failures, gates, verdict and below."""
+"""One study run to its answer: the run (run), the Tuner (Optuna loop), the trials' accuracy work,
+the outcome, the checked plan, forecast and time budget, the lock, confirmation relaunches. May import trial,
+failures, gates, verdict, planner, space, hardware and below."""

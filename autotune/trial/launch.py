@@ -34,10 +34,9 @@ from autotune.engines.signatures import ENGINE_STALLED, UNCLASSIFIED
 from autotune.errors import EngineStartError
 from autotune.gates.dominated import DominatedCheck, GatesSkipped
 from autotune.launchers import open_server
-from autotune.launchers.base import Launched
-from autotune.launchers.watchdog import WatchdogLimits
+from autotune.launchers.base import Launched, LaunchOptions
 from autotune.models import (
-    Candidate, Cluster, FailureCause, FailureInfo, LaunchSpec, NeedleReport, QevalReport, TrialResult,
+    Candidate, FailureCause, FailureInfo, LaunchSpec, NeedleReport, QevalReport, TrialResult,
 )
 from autotune.trial.context import Events, TrialContext
 from autotune.trial.liveness import stalled_failure
@@ -221,25 +220,17 @@ class StartFailed(Exception):
 
 @contextlib.contextmanager
 def engine_up(
-    engine: Engine,
-    launch: LaunchSpec,
-    log_path: Path,
-    *,
-    launcher: str = "process",
-    cluster: Cluster | None = None,
-    study: str = "autotune",
-    tag: str = "0",
-    startup_timeout_s: float = 180.0,
-    limits: WatchdogLimits | None = None,
-    spawn_lock: threading.Lock | None = None,
+    engine: Engine, launch: LaunchSpec, log_path: Path, launcher: str = "process",
+    options: LaunchOptions = LaunchOptions(), spawn_lock: threading.Lock | None = None,
 ) -> Iterator[Launched]:
-    """Start `launch` with the launcher named `launcher`, its log in a fresh `log_path`, and hold it
-    while the engine serves; stop it on leaving. An engine that does not come up raises StartFailed.
-    `spawn_lock`: held while the processes are spawned (launches started from several threads)."""
+    """Start `launch` with the launcher named `launcher` (told `options`: the boxes, whose launch it
+    is, how long to wait), its log in a fresh `log_path`, and hold it while the engine serves; stop
+    it on leaving. An engine that does not come up raises StartFailed. `spawn_lock`: held while the
+    processes are spawned (launches started from several threads)."""
     if log_path.exists():
         log_path.unlink()
-    server = open_server(launch, log_path, launcher=launcher, cluster=cluster, study=study, trial=tag,
-                         startup_timeout_s=startup_timeout_s, limits=limits)
+    server = open_server(launch, log_path, launcher=launcher, cluster=options.cluster, study=options.study,
+                         trial=options.trial, startup_timeout_s=options.startup_timeout_s, limits=options.limits)
     try:
         with spawn_lock or contextlib.nullcontext():
             server.start()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from contextlib import closing
+from contextlib import AbstractContextManager, closing
 from typing import Any
 
 import httpx
@@ -25,7 +25,7 @@ from autotune.bench.energy import EnergyMeter, energy_measurements
 from autotune.engines.base import Engine, acceptance_length
 from autotune.errors import AutotuneError, ConfigError
 from autotune.launchers import launcher_class, stop_all
-from autotune.launchers.base import free_port
+from autotune.launchers.base import Launched, LaunchOptions, free_port
 from autotune.models import (
     AcceptanceSource,
     CapacityReport,
@@ -261,11 +261,12 @@ class EngineLaunch:
         stop_all()
 
 
-def _up(request: LaunchRequest, launch: LaunchSpec):  # -> the context manager of trial/launch.py's engine_up
+def _up(request: LaunchRequest, launch: LaunchSpec) -> AbstractContextManager[Launched]:
+    """The engine of `request` up (trial/launch.py's engine_up), as its context asks."""
     ctx = request.ctx
-    return engine_up(ctx.engine, launch, request.log_path, launcher=ctx.launcher, cluster=ctx.cluster,
-                     study=ctx.study, tag=request.tag, startup_timeout_s=ctx.space.workload.startup_timeout_s,
-                     limits=ctx.watchdog)
+    options = LaunchOptions(cluster=ctx.cluster, study=ctx.study, trial=request.tag,
+                            startup_timeout_s=ctx.space.workload.startup_timeout_s, limits=ctx.watchdog)
+    return engine_up(ctx.engine, launch, request.log_path, ctx.launcher, options)
 
 
 def _measured(request: LaunchRequest, launch: LaunchSpec, t0: float, record: dict[str, Any]) -> TrialResult:

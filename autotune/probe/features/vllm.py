@@ -41,7 +41,7 @@ from autotune.engines.base import ProbeRequest, acceptance_length
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import AutotuneError, ConfigError, ProbeError
 from autotune.probe.order import BUDGET_USED_UP, order_cells
-from autotune.launchers.base import free_port
+from autotune.launchers.base import LaunchOptions, free_port
 from autotune.model.config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe.features.vllm_rows import BACKENDS, KV_DTYPES, rows_for
@@ -270,7 +270,8 @@ def launch_one(
     prompt, max_tokens = (SPEC_PROMPT, 32) if combo.draft_k else (PROMPT, 8)
     text, tokens, error, spec = "", 0, None, ""
     try:  # one fork at a time: parallel launches come from threads
-        with engine_up(engine, launch, log_path, startup_timeout_s=timeout_s, spawn_lock=_spawn_lock) as server:
+        with engine_up(engine, launch, log_path, options=LaunchOptions(startup_timeout_s=timeout_s),
+                       spawn_lock=_spawn_lock) as server:
             try:
                 before = read_metrics(engine, server.base_url) if combo.draft_k else {}
                 text, tokens = ask(server.base_url, prompt, max_tokens)
