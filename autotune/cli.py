@@ -53,9 +53,10 @@ DEFAULT_DB = Path("runs.db")
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def duration_s(text: str, bare_unit: str) -> float:
+def duration_s(text: str, bare_unit: str, *, zero_ok: bool = False) -> float:
     """Seconds from a duration: "90m", "130s", "1.5h"; a bare number is in `bare_unit` (each time
-    option's historic unit, so that scripts written before stay right)."""
+    option's historic unit, so that scripts written before stay right). Zero is refused unless
+    `zero_ok` (probe --budget 0: launch nothing, list what waits)."""
     raw = text.strip().lower()
     unit = raw[-1] if raw and raw[-1] in _UNITS_S else bare_unit
     number = raw[:-1] if raw and raw[-1] in _UNITS_S else raw
@@ -63,8 +64,8 @@ def duration_s(text: str, bare_unit: str) -> float:
         value = float(number) * _UNITS_S[unit]
     except ValueError:
         raise ConfigError(f"{text!r} is not a duration: write it like 90m, 130s or 1.5h") from None
-    if value <= 0:
-        raise ConfigError(f"{text!r}: a duration must be above zero")
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{text!r}: a duration must be above zero" if not zero_ok else f"{text!r}: a duration cannot be negative")
     return value
 
 
@@ -383,13 +384,13 @@ def probe(
         str,
         typer.Option("--budget", metavar="DURATION",
                      help="after this long no new engine launch starts, like 8m or 480s (a bare number: seconds); "
-                     "the next probe launches what is left"),
+                     "the next probe launches what is left; 0 launches nothing and lists what waits"),
     ] = "8m",
 ) -> None:
     """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
     from autotune.commands import probe as probing
 
-    timeout_s, budget_s = duration_s(timeout, "s"), duration_s(budget, "s")
+    timeout_s, budget_s = duration_s(timeout, "s"), duration_s(budget, "s", zero_ok=True)
     if classify is not None:
         found = probing.classify_log(classify)
         if as_json:

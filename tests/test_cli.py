@@ -470,5 +470,9 @@ def test_every_time_option_takes_one_duration_format(capsys):
     assert duration_s("10", "m") == 600 and duration_s("480", "s") == 480
     assert main(["search", "--dry-run", "--time-budget", "ten minutes"]) == 2
     assert "is not a duration: write it like 90m, 130s or 1.5h" in capsys.readouterr().err
-    assert main(["probe", "--no-engine", "--budget", "0s"]) == 2
+    assert main(["probe", "--no-engine", "--timeout", "0s"]) == 2
     assert "a duration must be above zero" in capsys.readouterr().err
+    # probe --budget 0 is a request (launch nothing, list what waits: test_launch_order), not a mistake
+    assert duration_s("0", "s", zero_ok=True) == 0
+    assert main(["probe", "--no-engine", "--budget", "-5s"]) == 2
+    assert "a duration cannot be negative" in capsys.readouterr().err
