@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from autotune import __version__
-from autotune.output import terminal
+from autotune.output import plan_text, progress, terminal
 from autotune.errors import AutotuneError, ConfigError
 from autotune.models import SpaceObjective
 
@@ -234,13 +234,13 @@ def search(
         errors.print(f"note: {line}", markup=False, highlight=False)
     if dry_run:
         rows, first = setup.dry_run_rows(plan)
-        terminal.print_dry_run(console, plan, rows, first, every=all_candidates)
+        plan_text.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
     if plan.ctx.nccl:
         from autotune.launchers.nccl import summary
 
         console.print(f"NCCL each node loads: {summary(plan.ctx.nccl)}", markup=False, highlight=False)
-    reporter = terminal.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
+    reporter = progress.RichReporter(console, log_dir=logs / plan.study, objective=plan.space.objective)
     try:
         outcome = search_command.run(
             plan,
@@ -371,7 +371,9 @@ def report_html(
 @app.command(short_help="Detect this host and what actually runs on it.")
 def probe(
     db: DbOption = DEFAULT_DB,
-    space: SpaceOption = "llamacpp-gemma3-270m",
+    space: ChosenSpaceOption = None,
+    hardware: HardwareOption = None,
+    nodes: NodesOption = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model file/dir for engine probes")] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="probe again even if runs.db has results")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
@@ -387,7 +389,10 @@ def probe(
                      "the next probe launches what is left; 0 launches nothing and lists what waits"),
     ] = "8m",
 ) -> None:
-    """Detect what this host is and what actually runs on it; store the evidence in runs.db."""
+    """Detect what this host is and what actually runs on it; store the evidence in runs.db.
+
+    The space whose engine and knob values are probed is the one `search` would run: --space, or the
+    shipped space made for --hardware/--nodes. The probes run on this host."""
     from autotune.commands import probe as probing
 
     timeout_s, budget_s = duration_s(timeout, "s"), duration_s(budget, "s", zero_ok=True)
@@ -400,7 +405,7 @@ def probe(
         return
     result = probing.probe(
         db_path=db,
-        space_name=space,
+        space_name=_chosen_space(space, hardware, nodes),
         model_path=model,
         refresh=refresh,
         engine_probes=not skip_engine,
@@ -425,7 +430,7 @@ def plan(
     ] = None,
     top: Annotated[
         int, typer.Option("--top", min=0, help="table rows: the N fastest-predicted kept and the first N dropped (0: all; --json holds all)")
-    ] = terminal.PLAN_TOP,
+    ] = plan_text.PLAN_TOP,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Memory fit and predicted speed per candidate, then the best one's launch; starts nothing.
@@ -439,7 +444,7 @@ def plan(
     if as_json:
         console.print_json(report_.model_dump_json())
     else:
-        terminal.print_plan(console, report_, top)
+        plan_text.print_plan(console, report_, top)
 
 
 @space_app.command("new")

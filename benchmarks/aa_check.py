@@ -25,7 +25,7 @@ from autotune.commands import search  # noqa: E402
 from autotune.commands.setup import prepare  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
 from autotune.study.reporter import SilentReporter  # noqa: E402
-from autotune.model.files import resolve_model  # noqa: E402
+from autotune.checkpoint.files import resolve_model  # noqa: E402
 from autotune.models import ConfirmationLaunch  # noqa: E402
 from autotune.trial.run import EngineLaunch  # noqa: E402
 from autotune.verdict.noise import NoiseKey  # noqa: E402

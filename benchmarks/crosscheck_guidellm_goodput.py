@@ -43,7 +43,7 @@ from autotune.bench.throughput import decode_args, requests_for, warm_up  # noqa
 from autotune.engines import get_engine  # noqa: E402
 from autotune.launchers.base import free_port  # noqa: E402
 from autotune.launchers.process import ServerProcess  # noqa: E402
-from autotune.model.files import resolve_model  # noqa: E402
+from autotune.checkpoint.files import resolve_model  # noqa: E402
 from autotune.models import SearchSpace, Slo  # noqa: E402
 from autotune.space.candidates import baseline, load_space  # noqa: E402
 from server_metrics import RUNNING, Sampler, window  # noqa: E402

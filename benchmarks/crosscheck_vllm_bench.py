@@ -27,7 +27,7 @@ from autotune.bench.client import OpenAIClient  # noqa: E402
 from autotune.bench.throughput import load_prompts, user  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402
 from autotune.launchers.process import ServerProcess  # noqa: E402
-from autotune.model.files import resolve_model  # noqa: E402
+from autotune.checkpoint.files import resolve_model  # noqa: E402
 from autotune.space.candidates import baseline, load_space  # noqa: E402
 from autotune.launchers.base import free_port  # noqa: E402
 

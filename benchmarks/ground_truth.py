@@ -41,7 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from autotune.commands import search
 from autotune.commands.setup import prepare
-from autotune.study.plan import SearchPlan
+from autotune.study.prepared import PreparedStudy
 from autotune.bench.throughput import MeasurementFailed, objective_value
 from autotune.hardware.device import detect
 from autotune.errors import ConfigError
@@ -120,7 +120,7 @@ def next_launch_guess_s(took: list[float], earlier_warm: list[float] | None = No
     return max(earlier_warm) if earlier_warm else took[0]
 
 
-def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> SearchPlan:
+def plan_for(args: argparse.Namespace, name: str, accuracy: bool, first: list[Candidate]) -> PreparedStudy:
     """The study plan `measure` runs (and `restore` rebuilds) under `name`: every candidate takes its
     gates, since the table needs them and a study's "cannot rank first" does not apply."""
     plan = prepare(

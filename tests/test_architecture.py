@@ -81,3 +81,17 @@ def test_the_check_catches_an_import_the_table_does_not_allow(tmp_path):
     assert imported_rooms(bad) == {"study", "autotune"}
     assert "study" not in (allowed()["trial"] or set())
     assert re.search(r"\| `trial/` \|", (ROOT / "docs" / "architecture.md").read_text())
+
+
+LONG_MODULE_LINES = 600
+
+
+def test_a_long_module_says_at_its_top_why_it_is_one_module():
+    """Issue 51: no module over ~600 lines without a reason written at its top ("on purpose" in its
+    docstring, and why); a hub that grows past it is split by job instead."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > LONG_MODULE_LINES and "on purpose" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(ROOT)} ({len(text.splitlines())} lines)")
+    assert not unexplained, "split these by job or say at their top why they are one: " + ", ".join(unexplained)

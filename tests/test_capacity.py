@@ -15,7 +15,8 @@ import pytest
 
 from autotune.bench import capacity
 from autotune.bench.client import OpenAIClient
-from autotune.models import LevelResult, LevelVerdict, RequestResult, SearchStop, Slo, Workload, wilson_interval
+from autotune.bench.capacity import wilson_interval
+from autotune.models import LevelResult, LevelVerdict, RequestResult, SearchStop, Slo, Workload, all_good_floor
 
 SLO = dict(ttft_ms=100.0, itl_ms=50.0, attainment=0.9, min_requests=40)
 
@@ -141,6 +142,10 @@ def test_min_requests_that_can_never_pass_is_refused():
         Slo(ttft_ms=1, itl_ms=1, min_requests=20)
     with pytest.raises(ValueError, match="initial_streams 8 is above max_streams 4"):
         Slo(ttft_ms=1, itl_ms=1, initial_streams=8, max_streams=4)
+    # the records check it in closed form (no scipy below bench/): the same floor the levels are judged by
+    for n in (1, 20, 72, 73, 80, 400):
+        assert all_good_floor(n) == pytest.approx(wilson_interval(n, n)[0], abs=1e-12)
+    assert all_good_floor(72) < 0.95 <= all_good_floor(73)
 
 
 # ---------------------------------------------------------------- a real HTTP stand-in under load

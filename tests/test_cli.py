@@ -476,3 +476,17 @@ def test_every_time_option_takes_one_duration_format(capsys):
     assert duration_s("0", "s", zero_ok=True) == 0
     assert main(["probe", "--no-engine", "--budget", "-5s"]) == 2
     assert "a duration cannot be negative" in capsys.readouterr().err
+
+
+def test_probe_takes_hardware_and_nodes_like_search(tmp_path, capsys):
+    """Issue 51: a bare `probe` after `search --hardware spark --nodes 4` probed the CPU space; probe
+    now picks the space as search does and says which on stderr."""
+    from autotune.cli import main
+    from autotune.space.choice import choose_space
+
+    chosen = choose_space(None, "spark", 4)
+    db = tmp_path / "runs.db"
+    assert main(["probe", "--hardware", "spark", "--nodes", "4", "--no-engine", "--json", "--db", str(db)]) == 0
+    assert chosen.name != "llamacpp-gemma3-270m" and chosen.name in capsys.readouterr().err
+    assert main(["probe", "--nodes", "4", "--no-engine", "--db", str(db)]) == 2  # as search: name the hardware
+    assert "without --space: name the hardware" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from autotune.hardware.device import detect, host_fingerprint
 from autotune.models import Candidate, DraftSchedule, ScheduleLevel, ScheduleStatus
 from autotune.space.candidates import load_space
 from autotune.store import Store
-from autotune.verdict.draft_schedule import judge_levels
+from autotune.verdict.schedule_gain import judge_levels
 from autotune.verdict.noise import LaunchNoise, NoiseKey
 
 # ---------------------------------------------------------------------- the schedule's form

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 
 import httpx
-import pytest
 from fakes.vllm_site import small_model_dir, use_fake_vllm
 
 from autotune.commands.setup import prepare

@@ -6,7 +6,6 @@ Intel host with AMX, issue 47), healthy for the second."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 

@@ -156,7 +156,7 @@ def test_plan_usable_is_what_the_kv_pool_is_computed_from(capsys, one_h200):
 
 def test_the_search_forecast_says_what_a_node_is(one_h200):
     from autotune.hardware.profiles import describe
-    from autotune.output.terminal import forecast_text
+    from autotune.output.progress import forecast_text
     from autotune.study.forecast import RunForecast
 
     line = describe(resolve_hardware("auto", detect()))

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.model.config import ConfigReader, load_model_config
-from autotune.model.params import CountMethod, count_params
+from autotune.checkpoint.config import ConfigReader, load_model_config
+from autotune.checkpoint.params import CountMethod, count_params
 from autotune.commands.space_new import new_space
 from corpus import CORPUS, PUBLISHED, corpus_names, model_dir
 

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from autotune.model import shapes as ms
-from autotune.model.config import load_model_config
-from autotune.model.params import count_params
+from autotune.checkpoint import shapes as ms
+from autotune.checkpoint.config import load_model_config
+from autotune.checkpoint.params import count_params
 from autotune.planner import check as pc
 from autotune.bench import throughput
 from autotune.bench.client import OpenAIClient
 from autotune.engines import vllm as V
 from autotune.engines.vllm import VllmEngine
 from autotune.errors import ConfigError
-from autotune.model.files import resolve_model
-from autotune.models import Candidate, LaunchSpec, Measurement, NodeLaunch, TrialResult, Workload
+from autotune.checkpoint.files import resolve_model
+from autotune.models import LaunchSpec, Measurement, NodeLaunch, TrialResult, Workload
 from autotune.output.recipe import recipe_from_trial
 from autotune.space.candidates import baseline, load_space
 from corpus import CORPUS

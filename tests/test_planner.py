@@ -11,10 +11,10 @@ from rich.console import Console
 from autotune.errors import ConfigError
 from autotune.planner.calibration import calibrate, fit_allreduce_step_us, fit_efficiency, fit_step_line
 from autotune.hardware.profiles import get_profile
-from autotune.model.config import model_facts
+from autotune.checkpoint.config import model_facts
 from autotune.models import Candidate, DecodeBound, ModelSpec, SearchSpace, Workload
 from autotune.planner.roofline import PlanEstimate, estimate, fits_check, plan
-from autotune.output.terminal import render_plan_table
+from autotune.output.plan_text import render_plan_table
 from autotune.space.candidates import baseline, enumerate_candidates, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -448,7 +448,7 @@ def test_the_plan_table_and_json_name_the_bound():
 
 
 def test_the_plan_table_stays_readable_through_a_pipe():
-    from autotune.output.terminal import print_plan
+    from autotune.output.plan_text import print_plan
 
     space = SearchSpace.model_validate({
         "name": "t", "engine": "vllm", "model": DENSE_8B, "fixed": {"max_model_len": 8192},

@@ -155,7 +155,7 @@ def test_llamacpp_serves_one_request_at_a_time():
 def test_the_plan_table_shows_a_column_per_wave_and_marks_a_capped_batch():
     from rich.console import Console
 
-    from autotune.output.terminal import render_plan_table
+    from autotune.output.plan_text import render_plan_table
     from autotune.planner.roofline import plan
     from autotune.space.candidates import enumerate_candidates
 

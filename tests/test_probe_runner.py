@@ -15,7 +15,7 @@ from autotune.probe.runner import run_probe_subprocess
 
 PRINTS_RESULT = """
 from autotune.models import ProbeResult
-from probes import emit
+from autotune.probe.programs import emit
 print("some chatter first")
 emit(ProbeResult(feature="probe-own-name", status="works", evidence="42 == 42", params={"k": 1}))
 """
@@ -118,7 +118,7 @@ def test_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
 
 
 def test_env_reaches_the_probe() -> None:
-    code = "import os; from autotune.models import ProbeResult; from probes import emit; " \
+    code = "import os; from autotune.models import ProbeResult; from autotune.probe.programs import emit; " \
            "emit(ProbeResult(feature='f', status='works', evidence=os.environ['PROBE_X']))"
     result = run_probe_subprocess(python(code), "f", timeout_s=60, env={"PROBE_X": "seen"})
     assert result.evidence == "seen"
@@ -131,7 +131,7 @@ def test_unstartable_probe_raises_probe_error() -> None:
 
 def test_runs_from_any_working_directory(tmp_path: Path) -> None:
     assert os.getcwd() == str(tmp_path)  # conftest puts every test in its own folder
-    result = run_probe_subprocess([sys.executable, "-m", "probes.kernels", "bf16_golden"], "kernel:bf16_golden", 60)
+    result = run_probe_subprocess([sys.executable, "-m", "autotune.probe.programs.kernels", "bf16_golden"], "kernel:bf16_golden", 60)
     assert result.feature == "kernel:bf16_golden"
     assert result.status in {"works", "unsupported", "fails"}
 
@@ -139,7 +139,7 @@ def test_runs_from_any_working_directory(tmp_path: Path) -> None:
 def test_kernel_probes_without_a_gpu_are_unsupported_and_quick() -> None:
     from autotune.hardware.device import detect
     from autotune.commands.probe import run_kernel_probes
-    from probes.kernels import KERNEL_PROBES
+    from autotune.probe.programs.kernels import KERNEL_PROBES
 
     if detect().gpus:
         pytest.skip("this host has a CUDA GPU: the kernel probes run for real there")

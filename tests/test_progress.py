@@ -17,7 +17,7 @@ from autotune.trial.phases import Phase, Step
 from autotune.trial.requests import workload_requests
 from autotune.planner.roofline import estimate
 from autotune.commands.search import forecast
-from autotune.output.terminal import ProgressLine, RichReporter
+from autotune.output.progress import ProgressLine, RichReporter
 from autotune.study.relaunches import Relaunch
 from autotune.commands.setup import prepare
 from autotune.space.candidates import baseline, load_space
@@ -320,7 +320,7 @@ def test_search_tells_what_will_run_before_the_first_launch_and_an_eta_after_eac
 
 def test_a_long_forecast_says_how_to_get_a_first_answer_sooner():
     from autotune.study.forecast import RunForecast
-    from autotune.output.terminal import forecast_text
+    from autotune.output.progress import forecast_text
 
     long = RunForecast(study="s", candidates_total=1152, candidates_left=864, measured=0, trials=10,
                        confirm_rounds=2, trial_s=318.0, basis="median of 12 earlier trials")

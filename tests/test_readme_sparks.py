@@ -119,7 +119,7 @@ def test_the_written_space_is_the_one_the_readme_then_uses(walk):
 
 
 def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
-    from autotune.output import terminal
+    from autotune.output import progress, terminal
     from autotune.commands.setup import prepare
     from autotune.models import Candidate
     from autotune.study.outcome import StudyOutcome
@@ -138,7 +138,7 @@ def test_the_search_is_the_dry_run_and_prints_what_the_readme_quotes(walk):
         cluster_file=Path("cluster.yaml"),
     )
     console = Console(record=True, width=400, file=io.StringIO())
-    reporter = terminal.RichReporter(console)
+    reporter = progress.RichReporter(console)
     reporter.trial_started(0, 1, 10, Candidate(engine="vllm", params={}))
     assert reporter.status is not None
     reporter.status.stop()

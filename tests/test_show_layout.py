@@ -13,7 +13,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.models import Candidate, GateOutcome, Measurement, NeedleCase, NeedleReport, QevalReport, TrialResult
-from autotune.output.terminal import diff_label
+from autotune.output.cells import diff_label
 from autotune.gates.score import verdict
 from autotune.space.candidates import load_space
 from autotune.store import Store

@@ -5,14 +5,13 @@ The configs are the corpus's (tests/corpus.py): real config.json files of publis
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.model.config import load_model_config
-from autotune.model.params import count_params
+from autotune.checkpoint.config import load_model_config
+from autotune.checkpoint.params import count_params
 from autotune.space.candidates import load_space
 from autotune.commands.space_new import checkpoint_format, new_space
 from corpus import CORPUS, model_dir

@@ -23,7 +23,7 @@ from autotune.engines.vllm import VllmEngine
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.probe.features import vllm as F
 from autotune.models import ModelSpec, ProbeResult
-from probes import tiny_models as T
+from autotune.probe.programs import tiny_models as T
 
 LOGS = Path(__file__).parent / "logs"
 

@@ -35,7 +35,6 @@ from autotune.models import (
     SearchStop,
     Slo,
     Workload,
-    wilson_interval,
 )
 
 #: streams -> that level's result
@@ -46,6 +45,14 @@ def streams_held(pool_tokens: int, request_tokens: int) -> int:
     """Requests of `request_tokens` tokens a KV pool of `pool_tokens` holds; at least one (the engine
     starts only when one full context fits)."""
     return max(pool_tokens // request_tokens, 1)
+
+
+def wilson_interval(good: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a share of good requests (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(good, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def tolerance(best: int) -> float:

@@ -24,6 +24,9 @@ otherwise the whole reply is. Then, per check:
                 holding every required field with the exact value and type
   python        the code (first fenced block defining the function, else from "def <name>")
                 passes every test in the sandbox
+
+One module of ~620 lines on purpose: most of it is the seeded task generators, one per category,
+which must stay beside the checker that grades their answers.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ from pydantic import BaseModel, ConfigDict
 from autotune.commands.show import pick_study
 from autotune.errors import ConfigError
 from autotune.models import SearchSpace, TrialResult
-from autotune.output.draft_schedule import with_schedule
+from autotune.output.schedule_lines import with_schedule
 from autotune.output.recipe import recipe_from_trial, render_recipe
 from autotune.output.verdict import compose
 from autotune.store import Store
-from autotune.study.outcome import StudyOutcome, outcome_of
+from autotune.study.outcome import outcome_of
 
 
 class Export(BaseModel):

@@ -12,7 +12,7 @@ from autotune.engines import Engine
 from autotune.errors import NoValidCandidate
 from autotune.hardware.profiles import is_this_host
 from autotune.launchers.cluster import first_nodes, load_cluster, placeholder_cluster, placeholder_note
-from autotune.model.files import resolve_model
+from autotune.checkpoint.files import resolve_model
 from autotune.models import (
     Candidate,
     ChoicesCheck,

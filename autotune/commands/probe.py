@@ -1,7 +1,7 @@
 """`autotune probe`: identity, kernel micro-probes and engine feature probes, stored per host
 fingerprint in runs.db and reused until --refresh. `autotune search` prunes with the same rows.
 
-Kernel probes are the program probes/kernels.py, one process each; engine feature probes are the
+Kernel probes are the program autotune/probe/programs/kernels.py, one process each; engine feature probes are the
 engine's own (`Engine.feature_probes`). Engine launches run in the order of
 autotune/probe/order.py (what the space uses first) within the time budget; cells left untested
 are launched by the next `autotune probe` (it resumes from runs.db, like a study)."""
@@ -13,13 +13,13 @@ from pathlib import Path
 from autotune.commands.setup import on_this_host, read_space
 from autotune.engines import ProbeRequest
 from autotune.errors import ConfigError
-from autotune.model.files import resolve_model
+from autotune.checkpoint.files import resolve_model
 from autotune.models import FailureInfo, ProbeReport, ProbeResult
 from autotune.probe.runner import probe_names, python_module_argv, run_probe_subprocess
 from autotune.engines.signatures import classify
 from autotune.store import Store, check_writable
 
-KERNEL_PROGRAM = "probes.kernels"
+KERNEL_PROGRAM = "autotune.probe.programs.kernels"
 
 
 def classify_log(path: Path) -> FailureInfo | None:
@@ -31,7 +31,7 @@ def classify_log(path: Path) -> FailureInfo | None:
 
 
 def run_kernel_probes(timeout_s: float = 120, names: list[str] | None = None) -> list[ProbeResult]:
-    """Every kernel probe of the program probes/kernels.py (or `names`), each in its own subprocess."""
+    """Every kernel probe of the program autotune/probe/programs/kernels.py (or `names`), each in its own subprocess."""
     known = probe_names(KERNEL_PROGRAM)
     unknown = sorted(set(names or []) - set(known))
     if unknown:

@@ -12,7 +12,7 @@ from autotune.study.forecast import RunForecast
 from autotune.study.forecast import forecast as run_forecast
 from autotune.study.lock import StudyLock, StudyOwner
 from autotune.study.outcome import StudyOutcome
-from autotune.study.plan import RunSettings, SearchPlan
+from autotune.study.prepared import RunSettings, PreparedStudy
 from autotune.study.reporter import Reporter
 from autotune.study.run import StudyRun
 from autotune.trial.launch import Launch
@@ -20,7 +20,7 @@ from autotune.trial.run import EngineLaunch
 
 
 def run(
-    plan: SearchPlan,
+    plan: PreparedStudy,
     *,
     trials: int,
     seed: int = 0,
@@ -47,7 +47,7 @@ def run(
         return StudyRun(plan, settings, launch=launch or EngineLaunch(), reporter=reporter, clock=clock).run()
 
 
-def forecast(plan: SearchPlan, trials: int, confirm_rounds: int, noise_relaunches: int = 0) -> RunForecast:
+def forecast(plan: PreparedStudy, trials: int, confirm_rounds: int, noise_relaunches: int = 0) -> RunForecast:
     """What a run of `plan` will do before its first launch (autotune/study/forecast.py)."""
     return run_forecast(plan, RunSettings(trials=trials, confirm_rounds=confirm_rounds,
                                           noise_relaunches=noise_relaunches))

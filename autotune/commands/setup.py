@@ -12,7 +12,7 @@
 hardware choice leaves the database untouched: the launcher against the cluster file, its
 libraries and the cluster's daemons, the trial context, the NCCL every node loads; then, reading
 runs.db only, that a resumed study keeps the space it was made from; the pruner and the box pool:
-a SearchPlan. `plan` (commands/plan.py) prunes what the profile's known failures and this host's
+a PreparedStudy. `plan` (commands/plan.py) prunes what the profile's known failures and this host's
 probes rule out; `probe` (commands/probe.py) reads the space and this host.
 """
 
@@ -34,7 +34,7 @@ from autotune.launchers import launcher_class, nccl
 from autotune.launchers.cluster import first_nodes, load_cluster, local_cluster, placeholder_cluster
 from autotune.launchers.preflight import check_launch
 from autotune.launchers.watchdog import limits_for
-from autotune.model.files import resolve_model
+from autotune.checkpoint.files import resolve_model
 from autotune.models import (
     Candidate,
     ChoicesCheck,
@@ -64,7 +64,7 @@ from autotune.space.fingerprint import check_same_experiment
 from autotune.space.layout import launchable
 from autotune.store import Store, check_writable
 from autotune.study.leases import check_parallel, parallel_default
-from autotune.study.plan import QueuedAs, SearchPlan, queued_first, surviving
+from autotune.study.prepared import QueuedAs, PreparedStudy, queued_first, surviving
 from autotune.trial.context import TrialContext
 
 
@@ -236,7 +236,7 @@ def prepare(
     parallel: int | None = None,
     every_trial: bool = False,
     gates_at_end: bool | None = None,
-) -> SearchPlan:
+) -> PreparedStudy:
     """`accuracy`, `every_trial` and `gates_at_end` (None: the engine's default) become the plan's
     one GatePolicy, in `plan.ctx.gates`."""
     space, engine = read_space(space_name)
@@ -292,7 +292,7 @@ def prepare(
     pool_size = len(pool.nodes) if pool is not None else (boxes or node_count)
     in_flight = parallel or parallel_default(pool_size, node_count)
     check_parallel(in_flight, pool_size, node_count)
-    return SearchPlan(
+    return PreparedStudy(
         space=space,
         engine=engine,
         hardware=profile,
@@ -313,7 +313,7 @@ def prepare(
     )
 
 
-def dry_run_rows(plan: SearchPlan) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:
+def dry_run_rows(plan: PreparedStudy) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:
     """Every candidate with its pruning reason (None: it may launch), and what a new study of this
     plan launches before its sampler picks, as the Tuner queues it."""
     rows = surviving(plan)

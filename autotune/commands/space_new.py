@@ -1,8 +1,8 @@
 """`autotune space new`: a search space for your own model, written from its config.json.
 
-Read by the one reader of a checkpoint's config (`autotune.model.config`: transformers' config
+Read by the one reader of a checkpoint's config (`autotune.checkpoint.config`: transformers' config
 class where it has one, else the JSON with every assumption named) and counted by
-`autotune.model.params` (on the meta device where torch and transformers are installed, else the
+`autotune.checkpoint.params` (on the meta device where torch and transformers are installed, else the
 closed form); the checkpoint's `quantization_config` is read here.
 
 Decided, each decision written into the YAML's header with its reason:
@@ -42,8 +42,9 @@ from autotune import __version__
 from autotune.errors import ConfigError
 from autotune.hardware.device import detect
 from autotune.hardware.profiles import describe, divisible_layouts, resolve_hardware, tensor_split_refusal
-from autotune.model.config import ModelConfig, config_facts, config_file, load_model_config, text_fields
-from autotune.model.params import CountMethod, ParamCount, count_params, meta_unavailable
+from autotune.checkpoint.config import ModelConfig, config_facts, config_file, load_model_config
+from autotune.checkpoint.params import CountMethod, ParamCount, count_params, meta_unavailable
+from autotune.checkpoint.quantization import Checkpoint, checkpoint_format
 from autotune.engines.vllm import SM12X_BACKENDS, UNVERIFIED, VALUE_FLAGS, VllmEngine
 from autotune.engines.vllm_choices import EngineChoices
 from autotune.engines.vllm_values import refusal
@@ -77,7 +78,6 @@ UNIFIED_MEMORY_GMU = 0.80
 PREFILL_DEPTHS = (4096, 16384, 65536)
 #: checkpoint formats whose MoE experts run on Marlin on sm_12x (capabilities.md §7)
 MARLIN_MOE_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8", "int4"})
-LINEAR_GROUPS = ("attention", "dense_mlp", "experts", "shared")
 ONLINE_FP8_WHY = "quantization null/fp8: a 16-bit checkpoint can be quantized online to FP8"
 #: the checkpoint formats each sm_12x backend takes (vLLM's b12x docs: FP4 MoE experts, FP8 / MXFP8 /
 #: FP4 linear layers; FlashInfer's b12x kernels NVFP4 only)
@@ -85,80 +85,6 @@ SM12X_FORMATS: dict[str, dict[str, frozenset[str]]] = {
     "moe_backend": {"b12x": frozenset({"nvfp4", "mxfp4"}), "flashinfer_b12x": frozenset({"nvfp4"})},
     "linear_backend": {"b12x": frozenset({"fp8", "mxfp8", "nvfp4", "mxfp4"}), "flashinfer_b12x": frozenset({"nvfp4"})},
 }
-
-
-# ---------------------------------------------------------------------- the checkpoint's format
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """How the weights are stored: `format` names it, `bits` per quantized weight (scales included),
-    `quantized` the parameter groups stored that way (the rest, embeddings included, stay 16-bit)."""
-
-    format: str
-    bits: float
-    quant_method: str | None = None
-    quantized: tuple[str, ...] = ()
-    fp8_kv_scales: bool = False
-
-    @property
-    def is_16bit(self) -> bool:
-        return self.quant_method is None
-
-    def weight_bits(self, params: ParamCount) -> float:
-        quantized = sum(params.group(g) for g in self.quantized)
-        return (quantized * self.bits + (params.total - quantized) * 16) / params.total
-
-
-def _kept_16bit(qc: dict[str, Any]) -> tuple[str, ...]:
-    """The linear groups a quantization_config quantizes, from its lists of modules left alone."""
-    names = " ".join(str(n) for key in ("modules_to_not_convert", "ignore", "exclude_modules") for n in qc.get(key) or [])
-    skipped = {"attention"} if re.search(r"attn|attention", names) else set()
-    return tuple(g for g in LINEAR_GROUPS if g not in skipped)
-
-
-def checkpoint_format(cfg: dict[str, Any]) -> Checkpoint:
-    qc = cfg.get("quantization_config")
-    if not isinstance(qc, dict) or not qc.get("quant_method"):
-        written = text_fields(cfg)
-        dtype = str(written.get("torch_dtype") or written.get("dtype") or "bfloat16")
-        return Checkpoint(format="fp16" if dtype == "float16" else "bf16", bits=16.0)
-    method = str(qc["quant_method"]).lower()
-    groups = _kept_16bit(qc)
-    kv_scales = str(qc.get("kv_cache_quant_algo") or qc.get("kv_cache_scheme") or "").upper().startswith("FP8")
-    if method == "fp8":
-        return Checkpoint(format="fp8", bits=8.0, quant_method=method, quantized=groups)
-    if method == "mxfp4":
-        return Checkpoint(format="mxfp4", bits=4.25, quant_method=method, quantized=groups)  # e2m1 + e8m0 per 32
-    if method in ("modelopt", "modelopt_fp4"):
-        algo = str(qc.get("quant_algo") or ("NVFP4" if method == "modelopt_fp4" else "FP8")).upper()
-        fmt, bits = {"FP8": ("fp8", 8.0), "MXFP8": ("mxfp8", 8.25)}.get(algo, ("nvfp4", 4.5))  # e2m1 + fp8 per 16
-        return Checkpoint(format=fmt, bits=bits, quant_method=method, quantized=groups, fp8_kv_scales=kv_scales)
-    if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
-        n = int(qc.get("bits") or qc.get("w_bit") or 4)
-        group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
-        extra = (16 + n) / group if group > 0 else 0.0  # a 16-bit scale and an n-bit zero per group
-        return Checkpoint(format=f"int{n}", bits=n + extra, quant_method=method, quantized=groups)
-    if method == "compressed-tensors":
-        weights = next(
-            (g.get("weights") for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict) and g.get("weights")),
-            None,
-        )
-        if isinstance(weights, dict) and weights.get("num_bits"):
-            n, kind = int(weights["num_bits"]), str(weights.get("type", "int"))
-            if kind == "float" and n == 4:
-                fmt, bits = "nvfp4", 4.5
-            elif kind == "float":
-                fmt, bits = "fp8", float(n)
-            else:
-                group = int(weights.get("group_size") or 0)
-                fmt, bits = f"int{n}", n + (16 / group if group > 0 else 0.0)
-            return Checkpoint(format=fmt, bits=bits, quant_method=method, quantized=groups, fp8_kv_scales=kv_scales)
-    raise ConfigError(
-        f"quantization_config.quant_method {qc['quant_method']!r}: autotune does not know its bits per weight; "
-        "write the space by hand, starting from a shipped one (search_spaces/minimax-m3.1-flash-spark1.yaml "
-        "is an EXL3 checkpoint)"
-    )
 
 
 # ---------------------------------------------------------------------- building the space

@@ -29,6 +29,9 @@ A failing log is never healthy: with no row matching, a Python traceback, an exc
 `ERROR` line of the engine, pydantic's `Value error,`, a CUDA error, a fatal signal or a non-zero
 exit is `unclassified_crash`, quoting the decisive line (the root exception, and the last one).
 `classify` returns None only for a log that shows none of these.
+
+One module of ~1,000 lines on purpose: more than half of it is the table (SIGNATURES), whose row order
+decides which signature wins on a line, so the table and its one reader stay in one file.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ the vLLM that is actually installed, because every one of them is version-depend
 
 Launch form: `python -m vllm.entrypoints.cli.main serve MODEL ...`. It is what the `vllm` console
 script runs, and it works where vLLM is importable from PYTHONPATH without the script on PATH.
+
+One module of ~670 lines on purpose: a knob's flag and the log line that says what vLLM selected
+for it are kept side by side (argv and the reading of the log change together with each vLLM).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, ClassVar
 from autotune.engines.base import Engine, Knobs, PlanNotes, ready_request
 from autotune.errors import ConfigError, EngineUnavailable
 from autotune.launchers.cluster import Cluster, rank_env
-from autotune.model.shapes import dummy_weights
+from autotune.checkpoint.shapes import dummy_weights
 from autotune.engines.vllm_choices import EngineChoices, cached_choices
 from autotune.engines.vllm_values import check_values, schedule_refusal
 from autotune.engines.vllm_log import parse_resolved, parse_selected, parse_start_parts

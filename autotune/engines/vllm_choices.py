@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import EngineUnavailable
-from autotune.model.files import cache_dir
+from autotune.checkpoint.files import cache_dir
 
 # Imports only what both 0.26 and 0.33 hold at the same place; a registry a version lacks is [].
 DUMP = r'''

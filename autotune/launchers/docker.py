@@ -12,6 +12,9 @@ them when autotune is killed or crashes before it can.
 `DockerServer` has ServerProcess's contract. `docker_commands` renders the same launch as
 `docker run` / `docker exec` argv lists for a recipe. The SDK (`docker` package) is imported only
 when a DockerServer starts.
+
+One module of ~640 lines on purpose: a container's life on every node (create, Ray head and
+workers, exec, logs, stop and cleanup) is one sequence, and its cleanup must see every step.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from autotune.models.space import (
     CAPACITY_OBJECTIVE, DECODE_OBJECTIVES, ENERGY_OBJECTIVE, METRIC_FAMILIES, WEIGHTED_OBJECTIVE,
     WORKLOAD_PATTERN, Better, GatePolicy, Gates, HardwareProfile, KnobSpec, KnownFailure, ModelSpec, NeedleConfig,
     Objective, QevalConfig, Quantity, Rule, SearchSpace, Slo, SpaceObjective, WeightedTerm, Workload,
-    measured_families, objective_workload, tps_measurement, tps_objective, wilson_interval,
+    measured_families, objective_workload, tps_measurement, tps_objective, all_good_floor,
 )
 from autotune.models.cluster import (
     CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, DEFAULT_COMPILE_CACHE, Cluster, ClusterNode,

@@ -19,10 +19,10 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from autotune.output.draft_schedule import schedule_lines
+from autotune.output.schedule_lines import schedule_lines
 from autotune.errors import ConfigError
 from autotune.models import Objective, ProbeResult, SearchSpace, Slo, TrialResult, VerdictStatus
-from autotune.output.terminal import diff_label, fmt_objective, fmt_samples
+from autotune.output.cells import diff_label, fmt_objective, fmt_samples
 from autotune.gates.score import verdict
 from autotune.output.verdict import compose
 from autotune.output.box_timeline import box_figure, box_row, in_flight, spans

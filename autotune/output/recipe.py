@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from autotune import __version__
 from autotune.errors import ConfigError
 from autotune.yaml_files import first_errors
-from autotune.model.shapes import DUMMY_ACCURACY, dummy_weights
+from autotune.checkpoint.shapes import DUMMY_ACCURACY, dummy_weights
 from autotune.output.energy import recipe_lines
 from autotune.models import (
     Candidate,

@@ -6,7 +6,7 @@ terminal (`terminal.print_best`), the HTML report (`html.verdict_section`) and t
 from __future__ import annotations
 
 from autotune.gates.score import accuracy_status
-from autotune.model.shapes import dummy_weights
+from autotune.checkpoint.shapes import dummy_weights
 from autotune.models import RecipeVerdict, TrialResult, VerdictStatus
 from autotune.study.outcome import StudyOutcome
 from autotune.verdict.noise import single_launch_inside, single_launch_verdict

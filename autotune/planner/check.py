@@ -21,7 +21,7 @@ from autotune.engines import Knobs, get_engine
 from autotune.planner.calibration import bare_roofline
 from autotune.hardware.profiles import get_profile
 from autotune.models import SearchSpace, TrialResult
-from autotune.model.config import model_facts
+from autotune.checkpoint.config import model_facts
 from autotune.planner.roofline import DECODE_PROMPT_TOKENS, estimate
 
 GB = 1e9

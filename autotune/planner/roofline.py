@@ -20,10 +20,13 @@ A wave of N streams (workload.concurrency >= 2) decodes at batch B = min(N, the 
     output tok/s = B / step(B)   (requests beyond B queue; no speculative gain at B > 1)
 
 Efficiencies are fitted from published measurements (autotune/planner/calibration.py,
-hardware_profiles.yaml). The model facts come from autotune/model/config.py; the plan's table is
-autotune/output/terminal.py's.
+hardware_profiles.yaml). The model facts come from autotune/checkpoint/config.py; the plan's table is
+autotune/output/plan_text.py's.
 A fact the estimate needs and does not have makes its term "unknown" (listed in the estimate),
 never zero: a memory total without it is a lower bound, a decode figure an upper bound.
+
+One module of ~780 lines on purpose: the memory fit, the decode step and the waves share one
+candidate's case (`_Case`: bytes per weight, KV per token, the TP/PP split), built once per candidate.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from autotune.engines import Engine, Knobs, get_engine
 from autotune.errors import ConfigError
 from autotune.bench.capacity import streams_held
 from autotune.hardware.profiles import parallel_layout
-from autotune.model.config import ModelFacts, model_facts
+from autotune.checkpoint.config import ModelFacts, model_facts
 from autotune.models import (
     BatchLimit,
     Candidate,

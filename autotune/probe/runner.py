@@ -2,7 +2,7 @@
 
 A GPU fault poisons the CUDA context of the process that hit it, and a wedged kernel can hang
 forever, so every probe runs in a fresh process. The probe prints its ProbeResult as one JSON line
-(the last line on stdout, see `probes.emit`). When it dies without one, its stderr is classified with the
+(the last line on stdout, see `autotune.probe.programs.emit`). When it dies without one, its stderr is classified with the
 signature table; when it outlives the timeout, the whole process group is killed.
 """
 
@@ -22,7 +22,8 @@ from autotune.engines.signatures import PROBE_TIMEOUT_MARKER, UNCLASSIFIED, clas
 
 _TAIL_LINES = 20
 _KILL_GRACE_S = 2.0
-#: the folder that holds probes/: on PYTHONPATH and the working directory of probe programs
+#: the folder that holds autotune/: on PYTHONPATH and the working directory of probe programs
+#: (autotune/probe/programs/), so that they run from a checkout that is not installed
 PROBES_HOME = Path(__file__).resolve().parents[2]
 
 
@@ -33,7 +34,7 @@ def python_module_argv(module: str, *args: str) -> list[str]:
 
 def probe_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus `env`, with the repo root on PYTHONPATH so that
-    `python -m probes...` works from any directory."""
+    `python -m autotune.probe.programs...` works from any directory."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROBES_HOME), full_env.get("PYTHONPATH", "")) if p
@@ -65,7 +66,7 @@ def run_probe_subprocess(
     :param feature: the feature name the result is filed under; it overrides the probe's own.
     :param timeout_s: wall-clock limit; past it the process group is killed (signature `probe_timeout`).
     :param env: extra environment on top of this process's; the repo root is put on PYTHONPATH
-        so `python -m probes...` works from any directory.
+        so `python -m autotune.probe.programs...` works from any directory.
     :param params: knob values the result is about; when None the probe's own params are kept.
     :raises ProbeError: only when the probe cannot be started at all.
     """

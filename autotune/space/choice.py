@@ -29,7 +29,7 @@ class SpaceChoice(BaseModel):
 def shipped_spaces() -> list[SearchSpace]:
     """The shipped spaces a user's tuning can start from; dummy-weight test beds are not among them
     (random weights measure the hardware, they make no recipe for a model)."""
-    from autotune.model.shapes import dummy_weights
+    from autotune.checkpoint.shapes import dummy_weights
 
     return [s for s in (load_space(name) for name in available_spaces()) if not dummy_weights(s)]
 

@@ -3,7 +3,7 @@ the study's own trials: a candidate that drafts K tokens is measured at every co
 the workload in one launch, so for the best config the trials that differ from it only in draft_k
 say which K is fastest at each level. The schedule takes that K from each measured level up to the
 next one, is launched once (the same decode and concurrency passes) and is judged against the best
-single K level by level (autotune/verdict/draft_schedule.py).
+single K level by level (autotune/verdict/schedule_gain.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from autotune.models import (
 )
 from autotune.trial.context import TrialContext, objective_only
 from autotune.trial.launch import LaunchRequest, Purpose
-from autotune.verdict.draft_schedule import judge_levels
+from autotune.verdict.schedule_gain import judge_levels
 from autotune.verdict.noise import LaunchNoise
 
 NoiseOf = Callable[[], LaunchNoise | None]

@@ -1,7 +1,7 @@
 """Progress a person can plan with: what a search will run and about how long, before the first
 launch (`forecast`), and the ETA as trials finish (requests inside a trial: autotune/trial/requests.py).
 
-Estimating only: printing lives in autotune/output/terminal.py. A time estimate says what it is based on: trials
+Estimating only: printing lives in autotune/output/progress.py. A time estimate says what it is based on: trials
 already measured in runs.db (this study, else earlier studies of the same space and engine), or,
 when nothing was measured yet, a rough count of the workload's requests at the planner's speed.
 """
@@ -22,7 +22,7 @@ from autotune.planner.roofline import estimate
 from autotune.space.candidates import baseline, enumerate_candidates
 from autotune.store import ENVIRONMENT, Store
 from autotune.study.outcome import baseline_of, judged_again
-from autotune.study.plan import RunSettings, SearchPlan
+from autotune.study.prepared import RunSettings, PreparedStudy
 from autotune.study.relaunch_cost import gates_time_s, relaunch_s
 from autotune.trial.phases import Phase, Step
 from autotune.trial.requests import workload_requests
@@ -158,7 +158,7 @@ def eta_s(durations: list[float], trials_left: int, confirm_launches: int, curre
     return running + typical * (max(0, trials_left - 1) + confirm_launches)
 
 
-def forecast(plan: SearchPlan, settings: RunSettings) -> RunForecast:
+def forecast(plan: PreparedStudy, settings: RunSettings) -> RunForecast:
     """What a run will do before its first launch: candidates left, trials, confirmation, time.
     A launch's time is priced without its gates, and the gates where they run: with gates at the
     end the qeval reference's trial and one relaunch of the final best, else every trial (at most)."""

@@ -1,5 +1,5 @@
 """What the study tells while it runs: the Reporter a study reports to (the terminal's
-RichReporter in autotune/output/terminal.py), and one that says nothing."""
+RichReporter in autotune/output/progress.py), and one that says nothing."""
 
 from __future__ import annotations
 

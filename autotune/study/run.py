@@ -32,7 +32,7 @@ from autotune.study.draft_schedule import compose, confirm_schedule, refusal
 from autotune.study.leases import BoxPool
 from autotune.study.outcome import StudyOutcome
 from autotune.study.parallel import Boxes
-from autotune.study.plan import RunSettings, SearchPlan
+from autotune.study.prepared import RunSettings, PreparedStudy
 from autotune.study.relaunch_cost import relaunch_s
 from autotune.study.relaunches import Relaunch
 from autotune.study.reporter import Reporter, SilentReporter
@@ -45,7 +45,7 @@ from autotune.verdict.noise import NoiseKey
 class StudyRun:
     """One run of `plan`'s study as `settings` say, every launch through `launch`."""
 
-    def __init__(self, plan: SearchPlan, settings: RunSettings, *, launch: Launch, reporter: Reporter | None = None,
+    def __init__(self, plan: PreparedStudy, settings: RunSettings, *, launch: Launch, reporter: Reporter | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         assert plan.store is not None, "a run writes its study: the plan of a dry run has no store"
         self.plan, self.settings, self.launch = plan, settings, launch

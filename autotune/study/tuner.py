@@ -42,7 +42,7 @@ from autotune.study.budget import TimeBudget, typical_trial_s
 from autotune.study.deferred import REFERENCE_NEEDLE, reference_context
 from autotune.study.outcome import StudyOutcome, outcome_of
 from autotune.study.parallel import Boxes, Flight, Launches, in_flight_text
-from autotune.study.plan import queued_first
+from autotune.study.prepared import queued_first
 from autotune.study.relaunch_cost import gates_relaunch_s
 from autotune.study.reporter import Reporter, SilentReporter
 from autotune.study.view import StudyTrials

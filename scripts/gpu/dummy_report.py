@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.planner import check as pc  # noqa: E402
 from autotune.models import SearchSpace  # noqa: E402
-from autotune.output.terminal import diff_label  # noqa: E402
+from autotune.output.cells import diff_label  # noqa: E402
 from autotune.store import Store  # noqa: E402
 
 SHAPES = ROOT / "model_shapes"

@@ -1,7 +1,7 @@
 """llama.cpp's feature probes (through llama-cpp-python), with the real model: the parent side.
 
 For each KV cache type pair (type_k x type_v) x flash attention, and for prompt-lookup drafting,
-a child process (`python -m probes.llamacpp_features`) creates a real context, generates a few
+a child process (`python -m autotune.probe.programs.llamacpp_features`) creates a real context, generates a few
 greedy tokens for fixed prompts and reports the token ids. This side compares them with the
 f16/f16 reference run.
 
@@ -34,7 +34,7 @@ from autotune.space.candidates import load_space
 if TYPE_CHECKING:
     from autotune.engines.base import Engine, ProbeRequest
 
-KV_TYPES = ("f16", "q8_0", "q4_0")  # the matrix: probes/llamacpp_features.py can create each
+KV_TYPES = ("f16", "q8_0", "q4_0")  # the matrix: autotune/probe/programs/llamacpp_features.py can create each
 DRAFT_KS = (2, 4)
 MATCH_TOKENS = 4  # of the child's MAX_TOKENS greedy tokens per prompt
 
@@ -62,7 +62,7 @@ class LlamaCppConfig:
 
     def argv(self, model_path: str, n_threads: int) -> list[str]:
         return python_module_argv(
-            "probes.llamacpp_features",
+            "autotune.probe.programs.llamacpp_features",
             "--model", model_path,
             "--type-k", self.type_k,
             "--type-v", self.type_v,

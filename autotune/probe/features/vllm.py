@@ -1,6 +1,6 @@
 """vLLM's feature probes: first ask vLLM's own code (a prior), then launch it (the evidence).
 
-(a) `selector_probe()` runs vLLM's attention-backend selector (the program probes/vllm_features.py), each backend's validation, the
+(a) `selector_probe()` runs vLLM's attention-backend selector (the program autotune/probe/programs/vllm_features.py), each backend's validation, the
     FlashAttention version logic, the quantization methods' minimum capability and the
     --moe-backend choices in a subprocess on the GPU host, for the target's head_dim and dtype.
     "works" there means "vLLM's code accepts it" (evidence starts with "selector:"); a refusal is
@@ -17,6 +17,9 @@
   python -m autotune.probe.features.vllm --model DIR --out results.json [--launch] [--timeout 300]
       [--kv auto fp8 ...] [--backends auto FLASH_ATTN ...] [--draft-k 0 4] [--combos fp8:TRITON_ATTN,...]
       [--tiny] [--real-weights] [--golden TEXT] [--parallel N] [--budget-s S]
+
+One module of ~640 lines on purpose: the prior (vLLM's own selector) and the evidence (the launch)
+are read together per feature; each half alone would pass the feature list back and forth.
 """
 
 from __future__ import annotations
@@ -42,14 +45,14 @@ from autotune.engines.vllm import VllmEngine
 from autotune.errors import AutotuneError, ConfigError, ProbeError
 from autotune.probe.order import BUDGET_USED_UP, order_cells
 from autotune.launchers.base import LaunchOptions, free_port
-from autotune.model.config import read_config, text_fields
+from autotune.checkpoint.config import read_config, text_fields
 from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe.features.vllm_rows import BACKENDS, KV_DTYPES, rows_for
 from autotune.probe.runner import PROBES_HOME, probe_env, python_module_argv
 from autotune.engines.signatures import classify
 from autotune.trial.launch import FALLBACK_CAUSES, StartFailed, engine_up
 
-SELECTOR_PROGRAM = "probes.vllm_features"
+SELECTOR_PROGRAM = "autotune.probe.programs.vllm_features"
 SELECTOR_MARK = "AUTOTUNE_SELECTOR "  # the program prints its answer on the line that starts so
 SPEC_METHOD = "ngram"
 SERVED_NAME = "probe"
@@ -166,7 +169,7 @@ def selector_probe(
     python: str = sys.executable,
     timeout_s: float = 300.0,
 ) -> tuple[dict[str, Any], list[ProbeResult]]:
-    """Run the selector program (probes/vllm_features.py) with `python` (a GPU fault must not poison us).
+    """Run the selector program (autotune/probe/programs/vllm_features.py) with `python` (a GPU fault must not poison us).
 
     Returns (info about the device and vLLM, results); an unusable vLLM gives one "untested"
     result saying why, never an exception.
@@ -514,8 +517,8 @@ def _usable_fast_params(python: str, base: dict[str, Scalar]) -> tuple[dict[str,
 
 
 def _tiny_mirror(model_dir: Path, out: Path, weights: bool) -> Path:
-    """A tiny random-weight mirror of `model_dir` (the program probes/tiny_models.py builds it)."""
-    argv = python_module_argv("probes.tiny_models", "--like", str(model_dir), "--out", str(out))
+    """A tiny random-weight mirror of `model_dir` (the program autotune/probe/programs/tiny_models.py builds it)."""
+    argv = python_module_argv("autotune.probe.programs.tiny_models", "--like", str(model_dir), "--out", str(out))
     done = subprocess.run(argv + ([] if weights else ["--no-weights"]), env=probe_env(), cwd=PROBES_HOME,
                           stdin=subprocess.DEVNULL)
     if done.returncode != 0:

@@ -12,8 +12,8 @@ throughput-only probes, `vllm serve --load-format dummy` skips the weights entir
 `--skip-tokenizer-init` (a vLLM ModelConfig flag) skips the tokenizer, but then only token-id
 prompts work, not chat.
 
-  python -m probes.tiny_models --like TARGET_DIR --out DIR [--layers 2] [--no-weights]
-  python -m probes.tiny_models --llama --head-dim 128 --heads 8 --kv-heads 2 --out DIR
+  python -m autotune.probe.programs.tiny_models --like TARGET_DIR --out DIR [--layers 2] [--no-weights]
+  python -m autotune.probe.programs.tiny_models --llama --head-dim 128 --heads 8 --kv-heads 2 --out DIR
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def _write_random_weights(out: Path, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m probes.tiny_models", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autotune.probe.programs.tiny_models", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--like", metavar="DIR", help="target Hugging Face checkpoint directory to mirror")
     source.add_argument("--gemma3-270m", action="store_true", help="mirror Gemma 3 270M from built-in facts")

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import ConfigError
-from autotune.model.config import read_config
+from autotune.checkpoint.config import read_config
 from autotune.models import SearchSpace
 from autotune.yaml_files import load_yaml_model
 
@@ -40,8 +40,8 @@ class ShapeInfo(BaseModel):
     name: str
     source: str = Field(description="the public config.json the numbers were taken from")
     scaled: str | None = Field(None, description="what was changed to fit one GPU, and why; None = full shape")
-    params_total_b: float = Field(description="parameters of this shape (autotune.model.params), billions")
-    params_active_b: float = Field(description="parameters read per token (autotune.model.params), billions")
+    params_total_b: float = Field(description="parameters of this shape (autotune.checkpoint.params), billions")
+    params_active_b: float = Field(description="parameters read per token (autotune.checkpoint.params), billions")
     notes: str = ""
 
 

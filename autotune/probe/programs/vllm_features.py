@@ -1,6 +1,6 @@
 """vLLM selector probe program: ask vLLM's own code which settings it accepts, without a launch.
 
-`python -m probes.vllm_features REQUEST_JSON` runs vLLM's attention-backend selector, each
+`python -m autotune.probe.programs.vllm_features REQUEST_JSON` runs vLLM's attention-backend selector, each
 backend's validation, the FlashAttention version logic, the quantization methods' minimum
 capability and the --moe-backend choices on this GPU host, for the request's head_dim and dtype,
 and prints them as one JSON line that starts with the request's `mark`. "works" means "vLLM's code

@@ -1,6 +1,6 @@
 """llama.cpp feature probe program: one context, a few greedy tokens, reported as token ids.
 
-`python -m probes.llamacpp_features --model FILE --type-k q8_0 --type-v q8_0 --flash-attn on`
+`python -m autotune.probe.programs.llamacpp_features --model FILE --type-k q8_0 --type-v q8_0 --flash-attn on`
 creates a real llama.cpp context (through llama-cpp-python) with those settings, generates
 greedily for fixed prompts and prints a ProbeResult whose evidence is the token ids, texts and
 timings (JSON). The parent (autotune/probe/features/llamacpp.py) judges them against the f16/f16
@@ -20,7 +20,7 @@ import sys
 import time
 
 from autotune.models import ProbeResult
-from probes import emit
+from autotune.probe.programs import emit
 
 KV_TYPES = ("f16", "q8_0", "q4_0")  # the ggml cache types this program can create
 GOLDEN_PROMPTS = (
@@ -73,7 +73,7 @@ def _child(args: argparse.Namespace) -> ProbeResult:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m probes.llamacpp_features")
+    parser = argparse.ArgumentParser(prog="python -m autotune.probe.programs.llamacpp_features")
     parser.add_argument("--model", required=True)
     parser.add_argument("--type-k", choices=KV_TYPES, default="f16")
     parser.add_argument("--type-v", choices=KV_TYPES, default="f16")

@@ -1,4 +1,4 @@
-"""A checked search, ready to run (SearchPlan): the space, engine, hardware, study, host and the
+"""A checked search, ready to run (PreparedStudy): the space, engine, hardware, study, host and the
 pruner, made by autotune/commands/setup.py; nothing launched or written yet."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from autotune.store import Store
 from autotune.trial.context import TrialContext
 
 
-class SearchPlan(BaseModel):
+class PreparedStudy(BaseModel):
     """A checked search, ready to run: nothing has been launched or written yet."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -89,6 +89,6 @@ def queued_first(base: Candidate, tries: list[Candidate], ranked: list[Candidate
     return queue
 
 
-def surviving(plan: SearchPlan) -> list[tuple[Candidate, str | None]]:
+def surviving(plan: PreparedStudy) -> list[tuple[Candidate, str | None]]:
     """Every candidate with the reason it is pruned (None = it would be launched)."""
     return [(c, plan.pruner.reason(c)) for c in enumerate_candidates(plan.space)]

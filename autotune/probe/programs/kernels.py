@@ -5,8 +5,8 @@ operands are drawn from values each format holds exactly, and scales are powers 
 only expected error is the bf16 rounding of the output. Wrong output without an error is a
 failure of class `silent_miscompute`.
 
-`python -m probes.kernels <name>` prints one ProbeResult (JSON) as its last stdout line;
-`python -m probes.kernels --list` prints the names (JSON).
+`python -m autotune.probe.programs.kernels <name>` prints one ProbeResult (JSON) as its last stdout line;
+`python -m autotune.probe.programs.kernels --list` prints the names (JSON).
 torch and triton are imported inside the probe functions only.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune.models import ProbeResult
 from autotune.engines.signatures import GOLDEN_MISMATCH_MARKER, UNCLASSIFIED, classify
-from probes import emit
+from autotune.probe.programs import emit
 
 # bf16 keeps 8 significant bits: an exactly accumulated sum is off by at most 2^-8 relative.
 _BF16_RTOL = 2.0**-7
@@ -327,7 +327,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(list(KERNEL_PROBES)))
         return 0
     if len(argv) != 1 or argv[0] not in KERNEL_PROBES:
-        print(f"usage: python -m probes.kernels {{{','.join(KERNEL_PROBES)}}}", file=sys.stderr)
+        print(f"usage: python -m autotune.probe.programs.kernels {{{','.join(KERNEL_PROBES)}}}", file=sys.stderr)
         return 2
     emit(run_one(argv[0]))
     return 0

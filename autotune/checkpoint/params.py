@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.model.config import ConfigReader, Ffn, Layer, Mixer, ModelConfig, _quiet_transformers
+from autotune.checkpoint.config import ConfigReader, Ffn, Layer, Mixer, ModelConfig, _quiet_transformers
 
 
 class CountMethod(StrEnum):

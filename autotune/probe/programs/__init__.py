@@ -1,7 +1,7 @@
 """Probe programs: each runs in its own process and reports what it found as a ProbeResult.
 
-`python -m probes.kernels NAME`, `python -m probes.llamacpp_features ...`, the vLLM selector
-(`probes.vllm_features`) and `python -m probes.tiny_models ...` are started by autotune's probe
+`python -m autotune.probe.programs.kernels NAME`, `python -m autotune.probe.programs.llamacpp_features ...`, the vLLM selector
+(`autotune.probe.programs.vllm_features`) and `python -m autotune.probe.programs.tiny_models ...` are started by autotune's probe
 runner (autotune/probe/runner.py), never imported by it: a GPU fault poisons only the probe's own
 process. Heavy imports (torch, triton, vllm, llama_cpp) happen only inside these processes. A probe
 prints its result with `emit`, as the last line on stdout.
