@@ -106,3 +106,25 @@ def test_unified_memory_rule() -> None:
 def test_meminfo_falls_back_to_sysconf(tmp_path: Path) -> None:
     values = device._meminfo(str(tmp_path / "no-meminfo"))
     assert values["MemTotal"] > 0 and 0 < values["MemAvailable"] <= values["MemTotal"]
+
+
+def test_the_torch_child_runs_once_per_process_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing torch takes seconds (2 s here with the CPU build the count extra installs): a process
+    that detects twice asks its child once, and asks again when what the child would see changes."""
+    import subprocess
+
+    calls: list[list[str]] = []
+    real_run = subprocess.run
+
+    def counting(argv, *args, **kwargs):
+        if argv[1:2] == ["-c"] and "import torch" in argv[2]:
+            calls.append(argv)
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(device.subprocess, "run", counting)
+    fake_torch(tmp_path, monkeypatch, FAKE_GB10_TORCH)
+    assert detect().torch_version == detect().torch_version == "2.11.0+cu130"
+    assert len(calls) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    detect()
+    assert len(calls) == 2

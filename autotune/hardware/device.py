@@ -137,7 +137,25 @@ def _gpu(facts: dict, nvml_memory_ok: bool | None) -> GpuIdentity:
     )
 
 
+#: what the torch child sees beyond this interpreter: a change asks it again
+_CHILD_ENV = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+_torch_answers: dict[tuple[object, ...], tuple[dict, list[str]]] = {}
+
+
 def _torch_facts(timeout_s: float, notes: list[str]) -> dict:
+    """The torch child's answer, asked once per process and environment: importing torch takes
+    seconds, and neither the GPUs nor the torch build change while a process runs."""
+    key = (sys.executable, timeout_s, *(os.environ.get(name) for name in _CHILD_ENV))
+    if key not in _torch_answers:
+        asked: list[str] = []
+        facts = _ask_torch(timeout_s, asked)
+        _torch_answers[key] = (facts, asked)
+    facts, asked = _torch_answers[key]
+    notes.extend(asked)
+    return json.loads(json.dumps(facts))  # a copy: the caller may change it
+
+
+def _ask_torch(timeout_s: float, notes: list[str]) -> dict:
     try:
         done = subprocess.run(
             [sys.executable, "-c", _TORCH_SCRIPT],

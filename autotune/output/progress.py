@@ -43,6 +43,13 @@ def last_log_line(log_dir: Path | None) -> str | None:
     return lines[-1][:160] if lines else None
 
 
+def _gates_said(result: TrialResult) -> str:
+    """A finished trial's needle and qeval, and the gates it failed, as the end of its line."""
+    said = "".join(f", {gate.summary()}" for gate in (result.needle, result.qeval) if gate)
+    failed = [g.gate for g in result.gates if g.status == "fail"]
+    return said + (f" [red]gates failed: {', '.join(failed)}[/]" if failed else "")
+
+
 class ProgressLine:
     """The live status line; rich re-renders it several times a second, so its clocks keep moving."""
 
@@ -183,27 +190,13 @@ class RichReporter:
                 self.durations.append(result.duration_s - gates)
             self.finished.append(result)
         if result.status == "ok" and result.capacity is not None:
-            line = f"  capacity at the SLO: {result.capacity.describe()}"
-            if result.needle:
-                line += f", {result.needle.summary()}"
-            if result.qeval:
-                line += f", {result.qeval.summary()}"
-            failed_gates = [g.gate for g in result.gates if g.status == "fail"]
-            if failed_gates:
-                line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+            line = f"  capacity at the SLO: {result.capacity.describe()}" + _gates_said(result)
         elif result.status == "ok":
             line = (
                 f"  {self.objective.short} {fmt_objective(result.objective, self.objective)} {self.objective.unit} (decode prose {_fmt(_median(result, 'decode_tps.prose'))}, "
                 f"structured {_fmt(_median(result, 'decode_tps.structured'))}), "
                 f"TTFT {_fmt(_median(result, 'ttft_ms.prose'), 0)} ms"
-            )
-            if result.needle:
-                line += f", {result.needle.summary()}"
-            if result.qeval:
-                line += f", {result.qeval.summary()}"
-            failed_gates = [g.gate for g in result.gates if g.status == "fail"]
-            if failed_gates:
-                line += f" [red]gates failed: {', '.join(failed_gates)}[/]"
+            ) + _gates_said(result)
             unchecked_gates = [g.gate for g in result.gates if g.status == "unchecked"]
             if unchecked_gates and result.dominated:
                 line += f"; [dim]{', '.join(unchecked_gates)} skipped, dominated: {result.dominated}[/]"
