@@ -74,3 +74,22 @@ def serve():
 
     with ExitStack() as stack:
         yield lambda handler: stack.enter_context(scripted_server(handler))
+
+
+# Two workers (pytest-xdist, `-n 2` in pyproject's addopts) halve the suite's wall time on CI's two
+# cores. What shares a machine-wide resource runs on one worker, one test after another: the real
+# llama.cpp engine (its threads take every core, and the model file is assembled once), a local Ray
+# cluster (fixed ports), a Docker or ssh daemon.
+SERIAL_FILES = {
+    "test_cli.py", "test_deferred_gates.py", "test_docker_study.py", "test_energy_nodes.py",
+    "test_launch_seam.py", "test_launcher_contract.py", "test_launcher_docker.py",
+    "test_launcher_docker_daemon.py", "test_launcher_ray.py", "test_nccl_preflight.py", "test_parallel.py",
+    "test_planner_batch.py", "test_ray_one_node.py", "test_recipe_and_score.py", "test_space_from_config.py",
+    "test_spark_first_commands.py", "test_vllm_engine.py", "test_vllm_study.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("engine") or item.path.name in SERIAL_FILES or "gemma_gguf" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("machine-wide"))
