@@ -57,10 +57,10 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = Path(os.environ.get("AUTOTUNE_CACHE", Path.home() / ".cache" / "autotune")) / "models"
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / package.MODEL_NAME
-    if not target.exists():
-        partial = target.with_suffix(".partial")
+    if not target.exists():  # a partial file of this process's own, so that two workers never share one
+        partial = target.with_suffix(f".{os.getpid()}.partial")
         package.assemble(partial, overwrite=True)
-        partial.rename(target)
+        partial.replace(target)
     return target
 
 
@@ -76,20 +76,36 @@ def serve():
         yield lambda handler: stack.enter_context(scripted_server(handler))
 
 
-# Two workers (pytest-xdist, `-n 2` in pyproject's addopts) halve the suite's wall time on CI's two
-# cores. What shares a machine-wide resource runs on one worker, one test after another: the real
-# llama.cpp engine (its threads take every core, and the model file is assembled once), a local Ray
-# cluster (fixed ports), a Docker or ssh daemon.
-SERIAL_FILES = {
-    "test_cli.py", "test_deferred_gates.py", "test_docker_study.py", "test_energy_nodes.py",
-    "test_launch_seam.py", "test_launcher_contract.py", "test_launcher_docker.py",
-    "test_launcher_docker_daemon.py", "test_launcher_ray.py", "test_nccl_preflight.py", "test_parallel.py",
-    "test_planner_batch.py", "test_ray_one_node.py", "test_recipe_and_score.py", "test_space_from_config.py",
-    "test_spark_first_commands.py", "test_vllm_engine.py", "test_vllm_study.py",
+# Two workers (pytest-xdist, `-n 2` in pyproject's addopts) share CI's two cores. What shares a
+# machine-wide resource runs on one worker, one test after another: the real llama.cpp engine (its
+# threads take every core, and the model file is assembled once), a local Ray cluster (fixed
+# ports), a Docker or ssh daemon. Grouped by file, by the scheduler below (xdist's own `loadgroup`
+# does not group under pytest 9: the suffix it adds to a node id no longer reaches the controller).
+SERIAL_FILES = {  # a Docker or ssh daemon, a local Ray cluster or raylets
+    "test_deferred_gates.py", "test_docker_study.py", "test_energy_nodes.py", "test_launch_seam.py",
+    "test_launcher_contract.py", "test_launcher_docker.py", "test_launcher_docker_daemon.py",
+    "test_launcher_ray.py", "test_nccl_preflight.py", "test_parallel.py", "test_ray_one_node.py",
+    "test_vllm_engine.py", "test_vllm_study.py",
+} | {  # every file with a test of the real engine
+    path.name for path in Path(__file__).parent.glob("test_*.py")
+    if "pytest.mark.engine" in (text := path.read_text()) or "gemma_gguf" in text
 }
+MACHINE_WIDE = "machine-wide"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("engine") or item.path.name in SERIAL_FILES or "gemma_gguf" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("machine-wide"))
+def machine_wide(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in SERIAL_FILES
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        from xdist.scheduler import LoadScopeScheduling
+
+        class MachineWideOnOneWorker(LoadScopeScheduling):
+            """Every test its own unit of work, but the machine-wide ones one unit, on one worker."""
+
+            def _split_scope(self, nodeid: str) -> str:
+                return MACHINE_WIDE if machine_wide(nodeid) else nodeid
+
+        return MachineWideOnOneWorker(config, log)
