@@ -79,8 +79,8 @@ def serve():
 # Two workers (pytest-xdist, `-n 2` in pyproject's addopts) share CI's two cores. What shares a
 # machine-wide resource runs on one worker, one test after another: the real llama.cpp engine (its
 # threads take every core, and the model file is assembled once), a local Ray cluster (fixed
-# ports), a Docker or ssh daemon. Grouped by file, by the scheduler below (xdist's own `loadgroup`
-# does not group under pytest 9: the suffix it adds to a node id no longer reaches the controller).
+# ports), a Docker or ssh daemon. Grouped by file, by the scheduler below (xdist 3.8's own
+# `loadgroup` spread marked tests over both workers under pytest 9.2 here, the cause not pinned down).
 SERIAL_FILES = {  # a Docker or ssh daemon, a local Ray cluster or raylets
     "test_deferred_gates.py", "test_docker_study.py", "test_energy_nodes.py", "test_launch_seam.py",
     "test_launcher_contract.py", "test_launcher_docker.py", "test_launcher_docker_daemon.py",
