@@ -99,6 +99,7 @@ def machine_wide(nodeid: str) -> bool:
 
 if importlib.util.find_spec("xdist") is not None:
 
+    @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs the suite in one process
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         from xdist.scheduler import LoadScopeScheduling
 

@@ -77,12 +77,16 @@ def test_where_a_vllm_start_went_is_read_from_its_log():
     log = (Path(__file__).parent / "logs" / "clean__vllm_startup_fp8_kv.log").read_text()
     assert get_engine("vllm").start_parts(log) == {
         "weights": 2.67, "compile": 34.79, "profile": 0.82, "cuda_graphs": 5.0, "engine_init": 156.8,
+        # from the lines' own clock: the first line 16:08:26, the engine core's first 16:08:57, its init
+        # done 16:11:39, "Starting vLLM server" 16:11:47
+        "api_server": 31.0, "serving": 8.0, "logged": 201.0,
     }
     assert get_engine("vllm").start_parts("no such lines\n") == {}
     assert get_engine("llamacpp").start_parts(log) == {}
 
 
-def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys):
+def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # ten columns
     store = Store(tmp_path / "runs.db")
     store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
     store.save_trial(TrialResult(
@@ -92,8 +96,29 @@ def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsy
     ))
     assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
     out = capsys.readouterr().out
-    assert "where the start went" in out
-    row = next(line for line in out.splitlines() if line.startswith("│ 0 │") and "34.8" in line)
+    after = out[out.index("where the start went"):]
+    row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
     cells = [c.strip() for c in row.strip("│").split("│")]
-    # start, weights, torch.compile, CUDA graphs, the rest of engine init, outside engine init
-    assert cells == ["0", "180.0", "2.7", "34.8", "5.0", "117.0", "20.5"]
+    # start, before the first line, API server, weights, torch.compile, CUDA graphs, the rest of engine
+    # init, serving, other: a row stored before the log's clock was read leaves those parts out
+    assert cells == ["0", "180.0", "-", "-", "2.7", "34.8", "5.0", "117.0", "-", "20.5"]
+
+
+def test_show_splits_the_start_by_the_logs_own_clock(tmp_path: Path, capsys, monkeypatch):
+    """A start of 54 s whose log spans 36 s: 18 s before vLLM's first line (process start, imports),
+    17 s from that line to the engine core's first, 1 s from the core's init to serving."""
+    monkeypatch.setenv("COLUMNS", "200")
+    store = Store(tmp_path / "runs.db")
+    store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
+    store.save_trial(TrialResult(
+        study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=500.0,
+        score=490.0, duration_s=120.0, phase_s={"start": 54.0, "decode": 10.0},
+        start_parts_s={"weights": 2.9, "compile": 4.4, "profile": 0.1, "cuda_graphs": 4.0, "engine_init": 11.7,
+                       "api_server": 17.0, "serving": 1.0, "logged": 36.0},
+    ))
+    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
+    out = capsys.readouterr().out
+    after = out[out.index("where the start went"):]
+    row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells == ["0", "54.0", "18.0", "17.0", "2.9", "4.4", "4.0", "3.3", "1.0", "3.4"]

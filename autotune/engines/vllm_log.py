@@ -65,11 +65,47 @@ _START_PARTS: dict[str, re.Pattern[str]] = {
 }
 
 
+# The parts vLLM does not time itself, read from its lines' own clock ("INFO 12-07 01:44:58 [...]",
+# whole seconds): api_server from its first line to the engine core's first (config, tokenizer, the
+# core's process), serving from the core's init done to "Starting vLLM server", logged from the first
+# line to that one. What a start spends before the first line (process start, Python imports) is the
+# launcher's start time less `logged`.
+_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
+_CORE_FIRST = "Initializing a V1 LLM engine"
+_INIT_DONE = "init engine (profile, create kv cache, warmup model) took"
+_SERVING = "Starting vLLM server on"
+
+
+def _stamp_s(line: str) -> float | None:
+    m = _STAMP.search(line)
+    if not m:
+        return None
+    month, day, hour, minute, second = (int(g) for g in m.groups())
+    return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second  # differences within a month
+
+
+def _clock_parts(text: str) -> dict[str, float]:
+    first: float | None = None
+    marks: dict[str, float] = {}
+    for line in text.splitlines():
+        stamp = _stamp_s(line)
+        if stamp is None:
+            continue
+        first = stamp if first is None else first
+        for key, marker in (("core", _CORE_FIRST), ("init_done", _INIT_DONE), ("serving", _SERVING)):
+            if marker in line and key not in marks:
+                marks[key] = stamp
+    spans = {"api_server": (first, marks.get("core")), "serving": (marks.get("init_done"), marks.get("serving")),
+             "logged": (first, marks.get("serving"))}
+    return {key: float(end - begin) for key, (begin, end) in spans.items()
+            if begin is not None and end is not None and end >= begin}
+
+
 def parse_start_parts(log_text: str) -> dict[str, float]:
     """Seconds per part of a vLLM start, from its log (keys absent when not logged)."""
     text = _ANSI.sub("", log_text)
     found = {key: pattern.search(text) for key, pattern in _START_PARTS.items()}
-    return {key: round(float(m.group(1)), 2) for key, m in found.items() if m}
+    return {**{key: round(float(m.group(1)), 2) for key, m in found.items() if m}, **_clock_parts(text)}
 
 
 def parse_selected(log_text: str) -> dict[str, str]:
