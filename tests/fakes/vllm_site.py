@@ -13,7 +13,7 @@ falls as concurrency rises; with the spec-decode counters moving in /metrics; a 
 `num_speculative_tokens_per_batch_size` sets K per requests in flight, and is refused at start by a
 version whose SpeculativeConfig lacks the key), /tokenize, /health, and start-up log
 lines in the wording of that version's recorded logs (the non-default args, the config line with its
-compilation mode and CUDA graph capture sizes, the attention backend; the KV cache size on 0.26.0
+compilation mode and CUDA graph capture sizes (up to --max-cudagraph-capture-size where given), the attention backend; the KV cache size on 0.26.0
 only: no recorded 0.33.0 start reached it). `--kv-cache-dtype nvfp4` fails at start with vLLM's real error text.
 With `--load-format dummy` a reply stops after 7 tokens unless the request sets `ignore_eos`
 (random weights sample an end-of-sequence token early). A request with `"stream": false` gets one
@@ -111,6 +111,7 @@ p.add_argument("--kv-cache-dtype", default="auto"); p.add_argument("--attention-
 p.add_argument("--speculative-config"); p.add_argument("--enforce-eager", action="store_true")
 p.add_argument("--load-format", default="auto"); p.add_argument("--max-num-seqs", type=int)
 p.add_argument("--distributed-executor-backend"); p.add_argument("--tensor-parallel-size", type=int, default=1)
+p.add_argument("--max-cudagraph-capture-size", type=int)
 args, _ = p.parse_known_args()
 if args.distributed_executor_backend == "ray":
     # as vLLM's Ray executor: join the cluster at RAY_ADDRESS as a driver, or fail to start
@@ -131,7 +132,8 @@ chosen.update({{k: v for k, v in (("kv_cache_dtype", args.kv_cache_dtype if args
 print(f"INFO [{{PREFIX['args']}}] non-default args: {{chosen}}", flush=True)
 # vLLM's default capture sizes (as recorded); it captures up to 2 x max_num_seqs when that is set
 SIZES = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
-sizes = [] if args.enforce_eager else [n for n in SIZES if not args.max_num_seqs or n <= 2 * args.max_num_seqs]
+top = args.max_cudagraph_capture_size or (2 * args.max_num_seqs if args.max_num_seqs else 512)
+sizes = [] if args.enforce_eager else [n for n in SIZES if n <= top]
 mode = "<CompilationMode.NONE: 0>" if args.enforce_eager else "<CompilationMode.VLLM_COMPILE: 3>"
 cudagraphs = "<CUDAGraphMode.NONE: 0>" if args.enforce_eager else "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>"
 print(f"INFO [{{PREFIX['init']}}] Initializing a V1 LLM engine (v{version}) with config: model={{args.model!r}}, "
