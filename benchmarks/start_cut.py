@@ -1,0 +1,106 @@
+"""A trial's start with and without the capture cap (issue 53), the same candidate launched in turn.
+
+    python benchmarks/start_cut.py --space benchmarks/spaces/vllm-llama3.1-8b-dense.yaml --hardware h100 \
+        --db /tmp/autotune/runs.db --logs /tmp/autotune/logs --rounds 1 --out startcut.json
+
+Each round launches the space's baseline twice, in alternating order (round 1: capped then vLLM's
+own sizes; round 2 the other way), each launch a one-trial study of its own (`startcut-<arm>-<round>`)
+that measures the space's whole workload: `capped` is autotune's trial as it runs (CUDA graphs
+captured up to the workload's largest batch, `Engine.measurement_args`), `default` the same launch
+with that option taken out. A later call with the same --db goes on with the next round (a lent
+machine's call holds one round or two). The table printed and written to --out: per launch the
+start (launch to healthy), its parts from the engine's log, the capture sizes vLLM resolved, and the
+numbers of the workload, so the cut's seconds and whether it moved what a trial measures are read
+side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotune.cli import main as autotune  # noqa: E402
+from autotune.engines.vllm import VllmEngine  # noqa: E402
+from autotune.store import Store  # noqa: E402
+
+ARMS = ("capped", "default")
+#: the workload's numbers shown per launch (the dense 8B space's; a missing one is '-')
+NUMBERS = ("decode_tps.prose", "output_tps.c8", "output_tps.c32", "ttft_ms.prose", "prefill_tps.4096")
+
+
+def order(round_no: int) -> tuple[str, ...]:
+    """Round 1 capped first, round 2 default first, and so on: neither arm always starts on a cold host."""
+    return ARMS if round_no % 2 else ARMS[::-1]
+
+
+def launch(arm: str, round_no: int, args: argparse.Namespace) -> int:
+    study = f"startcut-{arm}-{round_no}"
+    original = VllmEngine.measurement_args
+    if arm == "default":
+        VllmEngine.measurement_args = lambda self, params, largest_batch: []  # type: ignore[method-assign]
+    try:
+        return autotune(["search", "--space", args.space, "--study", study, "--db", args.db, "--logs", args.logs,
+                         "--hardware", args.hardware, "--trials", "1", "--confirm-rounds", "0",
+                         "--noise-relaunches", "0"])
+    finally:
+        VllmEngine.measurement_args = original  # type: ignore[method-assign]
+
+
+def names(store: Store) -> list[str]:
+    """The start-cut studies in this db, in the order they ran."""
+    return [s["name"] for s in store.studies() if s["name"].startswith("startcut-")]
+
+
+def rows(db: str) -> list[dict[str, object]]:
+    store = Store(db)
+    found = []
+    for study in names(store):
+        for t in store.trials(study):
+            numbers = {n: (m.median if (m := t.measurement(n)) else None) for n in NUMBERS}
+            sizes = t.resolved.cudagraph_capture_sizes if t.resolved else None
+            found.append({"study": study, "status": t.status, "start_s": t.phase_s.get("start"),
+                          "trial_s": round(t.duration_s, 1), "parts": t.start_parts_s,
+                          "capture_sizes": len(sizes) if sizes is not None else None,
+                          "largest_capture": sizes[-1] if sizes else None,
+                          "argv_tail": t.launch.server.argv[-2:] if t.launch else None, **numbers})
+    return found
+
+
+def table(found: list[dict[str, object]]) -> str:
+    head = ["study", "start", "graphs", "compile", "sizes", *NUMBERS, "trial"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in found:
+        parts = r["parts"] if isinstance(r["parts"], dict) else {}
+        cells = [r["study"], r["start_s"], parts.get("cuda_graphs"), parts.get("compile"),
+                 f"{r['capture_sizes']} (..{r['largest_capture']})", *(r[n] for n in NUMBERS), r["trial_s"]]
+        lines.append(" | ".join("-" if c is None else f"{c:.1f}" if isinstance(c, float) else str(c) for c in cells))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--space", required=True)
+    ap.add_argument("--hardware", default="auto")
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--logs", required=True)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds this call runs (each: both arms, one launch each)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    done = names(Store(args.db)) if Path(args.db).exists() else []
+    first = 1 + max((int(s.rsplit("-", 1)[1]) for s in done), default=0)
+    worst = 0
+    for round_no in range(first, first + args.rounds):
+        for arm in order(round_no):
+            worst = max(worst, launch(arm, round_no, args))
+    found = rows(args.db)
+    Path(args.out).write_text(json.dumps(found, indent=1))
+    print(table(found))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
