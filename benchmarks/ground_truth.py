@@ -138,17 +138,23 @@ def measure(args: argparse.Namespace) -> None:
     # an accuracy trial measures throughput with the same workload first: it is one of its
     # candidate's launches, so the last launch study leaves those candidates out
     measured_with_accuracy = {c.key() for c in accuracy_grid}
-    queues = [grid] * (args.launches - 1) + [[c for c in grid if c.key() not in measured_with_accuracy]]
-    plans = [(plan_for(args, n, False, q), q) for n, q in zip(launch_names, queues)]
+    # the repeats: every candidate, or every Nth in grid order (--repeat-every), each --repeat-lag
+    # candidates after its first launch, so that the two launches do not sit back to back
+    repeated = [c for i, c in enumerate(grid) if i % args.repeat_every == 0]
+    queues = [grid, *[repeated] * (args.launches - 1)]
+    queues[-1] = [c for c in queues[-1] if c.key() not in measured_with_accuracy]
+    lags = [0, *[args.repeat_lag] * (args.launches - 1)]
+    plans = [(plan_for(args, n, False, q), q, lag) for n, q, lag in zip(launch_names, queues, lags)]
     if not args.no_accuracy:
-        plans.append((plan_for(args, accuracy_name, True, accuracy_grid), accuracy_grid))
-    print(f"{len(grid)} candidates, {args.launches} launch studies, {len(accuracy_grid)} accuracy trials", flush=True)
+        plans.append((plan_for(args, accuracy_name, True, accuracy_grid), accuracy_grid, 0))
+    print(f"{len(grid)} candidates, {args.launches} launch studies ({len(repeated)} candidates repeated), "
+          f"{len(accuracy_grid)} accuracy trials", flush=True)
     sitting = time.monotonic()
     took: list[float] = []  # this sitting's launches, in seconds
-    earlier_warm = warm_launches_s([t for plan, _ in plans if plan.store for t in plan.store.trials(plan.study)])
-    for k in range(1, len(grid) + 1):
-        upto = {c.key() for c in grid[:k]}
-        for plan, queue in plans:
+    earlier_warm = warm_launches_s([t for plan, _, _ in plans if plan.store for t in plan.store.trials(plan.study)])
+    for k in range(1, len(grid) + args.repeat_lag + 1):
+        for plan, queue, lag in plans:
+            upto = {c.key() for c in grid[:max(0, min(k - lag, len(grid)))]}
             assert plan.store is not None
             trials = plan.store.trials(plan.study)
             done = {t.candidate.key() for t in trials}
@@ -595,6 +601,10 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--logs", type=Path, default=Path("benchmarks/gt/logs"))
     m.add_argument("--model", default=None)
     m.add_argument("--launches", type=int, default=2)
+    m.add_argument("--repeat-every", type=int, default=1, metavar="N",
+                   help="launches after the first: every Nth candidate in grid order (default: every one)")
+    m.add_argument("--repeat-lag", type=int, default=0, metavar="L",
+                   help="a candidate's later launch comes L candidates after its first (default: right after)")
     m.add_argument("--neutral-checks", type=int, default=3)
     m.add_argument("--no-accuracy", action="store_true")
     m.add_argument("--hardware", default=None, help="hardware profile (default: detected)")

@@ -293,3 +293,32 @@ def test_a_wave_is_warmed_at_its_size_before_it_is_measured(fake, tmp_path, caps
     (trial,) = Store(db).trials("jit")
     wave = trial.measurement("output_tps.c4")
     assert wave is not None and wave.median > 4 * 32 / 1.0, wave  # the wave took under 1 s: no stall in it
+
+
+def test_ground_truth_repeats_every_nth_candidate_later_in_the_sitting(gt, fake, tmp_path, capsys):
+    """Issue 53's table: a second launch of every third candidate (grid order), each some launches
+    after its first rather than back to back, so the repeats see the sitting's drift; a resumed
+    sitting goes on with the same plan."""
+    space = tmp_path / "space-8.yaml"
+    space.write_text(fake().read_text().replace(
+        "  - {name: quantization, values: [null, fp8], default: null}",
+        "  - {name: quantization, values: [null, fp8], default: null}\n"
+        "  - {name: kv_cache_dtype, values: [auto, fp8], default: auto}\n"
+        "  - {name: max_num_seqs, values: [null, 8], default: null}"))
+    db = tmp_path / "gt.db"
+    argv = ["measure", "--space", str(space), "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "2",
+            "--repeat-every", "3", "--repeat-lag", "2", "--no-accuracy", "--hardware", "h200"]
+    gt.main([*argv, "--time-budget", "0.001"])  # one launch, then resumed
+    gt.main(argv)
+    from autotune.space.candidates import enumerate_candidates, load_space
+
+    grid = [c.key() for c in enumerate_candidates(load_space(str(space)))]
+    first = {t.candidate.key(): t for t in Store(db).trials("fake-dummy-launch1")}
+    second = {t.candidate.key(): t for t in Store(db).trials("fake-dummy-launch2")}
+    assert len(grid) == 8 and set(first) == set(grid)
+    assert list(second) == [grid[0], grid[3], grid[6]]
+    order = sorted([*(("1", k, t.started_at) for k, t in first.items()), *(("2", k, t.started_at) for k, t in second.items())],
+                   key=lambda x: x[2])
+    position = {(s, k): i for i, (s, k, _) in enumerate(order)}
+    for k in second:  # the first launches of the next 2 candidates come first: never back to back
+        assert position[("2", k)] - position[("1", k)] >= 2
