@@ -11,8 +11,12 @@ measured accuracy. A candidate the table only knows as ruled out by a learned fa
 that failure.
 
 Strategies: `autotune` (the default: TPE, the planner's three best-predicted candidates queued
-after the baseline), `random` (Optuna RandomSampler), `grid` (grid order), `tpe` (TPE without the
-planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
+after the baseline), `random` (Optuna RandomSampler), `grid` (grid order: what `vllm bench sweep
+serve` launches from a --serve-params file that lists the grid as nested loops over the knobs in the
+space's order, the first knob slowest; the sweep runs its list in order and chooses nothing, so at a
+budget it has launched the list's first configurations), `planner` (the planner's order alone: every
+candidate queued by its predicted objective, ties broken towards fewer changed knobs, no sampler),
+`tpe` (TPE without the planner's priors), `gp` (Optuna GPSampler; needs torch), `autotune-plain-prior` (the default as
 it was before issue 12: the planner's order by prediction alone), `autotune-1-prior` (one queued
 candidate), `autotune-no-threads` (the default before the planner's CPU thread term),
 `autotune-gates-at-once` (the default, but a trial faster than the incumbent runs its gates in
@@ -74,7 +78,7 @@ from autotune.trial.context import TrialContext
 from autotune.trial.launch import LaunchRequest
 from ground_truth import machine_fit
 
-STRATEGIES = ("autotune", "random", "grid", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
+STRATEGIES = ("autotune", "random", "grid", "planner", "tpe", "gp", "autotune-plain-prior", "autotune-1-prior", "autotune-no-threads",
               "autotune-gate-all", "autotune-gates-at-once", "autotune-median", "autotune-no-classes")
 BUDGET_FRACTIONS = (0.10, 0.20, 0.25, 0.30)
 
@@ -355,8 +359,11 @@ def replay_one(
         pass
     elif strategy == "random":
         options |= {"sampler": optuna.samplers.RandomSampler(seed=seed)}
-    elif strategy == "grid":
+    elif strategy == "grid":  # `vllm bench sweep serve` over the grid listed as nested loops (the docstring)
         options |= {"first": table.grid, "sampler": optuna.samplers.RandomSampler(seed=seed)}
+    elif strategy == "planner":  # the planner's order alone: every candidate queued by its prediction
+        order = planner_order(space, table.hardware, 1)
+        options |= {"first": order(list(table.grid)), "sampler": optuna.samplers.RandomSampler(seed=seed)}
     elif strategy == "gp":
         options |= {"sampler": optuna.samplers.GPSampler(seed=seed)}
     else:

@@ -64,7 +64,7 @@ def test_grid_order_at_full_budget_launches_each_candidate_once_and_learns_the_f
     assert run.pick is not None and 0.9 <= run.ratio <= 1.0
 
 
-@pytest.mark.parametrize("strategy", ["autotune", "random", "grid", "tpe"])
+@pytest.mark.parametrize("strategy", ["autotune", "random", "grid", "tpe", "planner"])
 def test_each_strategy_stays_inside_its_budget(sq, table, tmp_path, strategy):
     for seed in range(3):
         run = sq.replay_one(table, strategy, seed=seed, budget=4, workdir=tmp_path)
@@ -79,6 +79,24 @@ def test_the_default_queues_the_baseline_then_the_planner_s_picks(sq, table, tmp
     trials = Store(tmp_path / "autotune-1-3.db").trials("replay-autotune-1-3")
     assert trials[0].number == 0 and trials[0].candidate.key() == table.base_key
     assert trials[0].predicted  # the planner's prediction is stored, as in a real study
+
+
+def test_the_planner_strategy_launches_the_planner_s_order_alone(sq, table, tmp_path):
+    """Issue 53's "planner's order alone": after the baseline, every launch is the next candidate by
+    the planner's prediction; no sampler chooses."""
+    from autotune.planner.prior import planner_order
+    from autotune.store import Store
+
+    budget = 5
+    sq.replay_one(table, "planner", seed=3, budget=budget, workdir=tmp_path)
+    trials = [t for t in Store(tmp_path / f"planner-3-{budget}.db").trials(f"replay-planner-3-{budget}")
+              if t.status in ("ok", "failed")]
+    order = [c.key() for c in planner_order(table.space, table.hardware, 1)(list(table.grid))
+             if c.key() != table.base_key]
+    launched = [t.candidate.key() for t in trials]
+    assert launched[0] == table.base_key
+    assert launched[1:] == [k for k in order if k in launched[1:]][: len(launched) - 1]
+    assert launched[1:3] == order[:2]
 
 
 def test_cli_json_summary_and_wilcoxon(tmp_path):
