@@ -324,6 +324,22 @@ def block_effects() -> str:
     return "\n".join(lines)
 
 
+def block_anova() -> str:
+    """Issue 53's check of a table before it is replayed: main effects and two-knob interactions of
+    log(objective) against the launch noise (ground_truth.py anova)."""
+    from ground_truth import ANOVA_ALPHA, anova
+
+    lines = [f"| table | knobs acting beyond the noise (p < {ANOVA_ALPHA}) | interactions (p < {ANOVA_ALPHA}) | F against "
+             "| within the noise of the best | nearest of those to the baseline |", "|---|---|---|---|---|---|"]
+    for name, title in GT_NAMES.items():
+        r = anova(gt_facts(name)["table"])
+        mains = ", ".join(f"{t.term} (p {t.p:.2g})" for t in r.terms if ":" not in t.term and t.p < ANOVA_ALPHA)
+        pairs = ", ".join(f"{t.term} (p {t.p:.2g})" for t in r.terms if ":" in t.term and t.p < ANOVA_ALPHA)
+        lines.append(f"| {title} | {mains or 'none'} | {pairs or 'none'} | pure error, df {r.pure_error_df} "
+                     f"| {r.tied} | {r.optimum} ({r.optimum_changes} knob{'s' if r.optimum_changes != 1 else ''}) |")
+    return "\n".join(lines)
+
+
 def goal_line(rep: Replayed) -> str:
     g = rep.all["goal"]
     text = f"Goal ({g['text']}): " + (f"met at {', '.join(map(str, g['met_at_budgets']))} launches." if g["met"] else "not met.")
@@ -471,6 +487,7 @@ BLOCKS = {
     "corpus": block_corpus,
     "gt-tables": block_tables,
     "gt-effects": block_effects,
+    "gt-anova": block_anova,
     "replay-cpu": lambda: block_replay("gt-llamacpp-gemma3-270m-cpu"),
     "replay-h200-c1": lambda: block_replay("gt-vllm-minimax-h200"),
     "replay-h200-c8": lambda: block_replay("gt-vllm-minimax-h200-c8"),
