@@ -587,7 +587,12 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
                            **{column[n]: str(params_of[key].get(n)) for n in names}} for at, key, value in ok])
     machines = "C(machine) + " if frame["machine"].nunique() > 1 else ""
     knobs = " + ".join(f"C({column[n]})" for n in names)
-    two_way = smf.ols(f"y ~ {machines}({knobs})**2", data=frame).fit()
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # a rank-deficient design is said in the report
+        warnings.simplefilter("always")
+        two_way = smf.ols(f"y ~ {machines}({knobs})**2", data=frame).fit()
+    deficient = any("rank-deficient" in str(w.message) for w in caught)
     cells = smf.ols(f"y ~ {machines}C(cell)", data=frame).fit()
     table_ss = anova_lm(two_way, typ=2)
     pure_df = int(round(cells.df_resid))
@@ -597,6 +602,8 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     else:
         error_ms, error_df = two_way.ssr / two_way.df_resid, int(round(two_way.df_resid))
         error = f"the model's residual (no candidate launched twice: higher interactions and noise, df {error_df})"
+    if deficient:
+        error += "; the design is rank-deficient (some pairs of knob values never ran together)"
     back = {f"C({c})": n for n, c in column.items()}
     terms = []
     for row, values in table_ss.iterrows():
