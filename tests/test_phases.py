@@ -69,6 +69,16 @@ def test_show_prints_the_seconds_per_phase(tmp_path: Path, capsys):
     assert cells == ["0", "3.2", "0.9", "31.0", "6.0", "24.0", "63.0", "0.4", "130.0"]
 
 
+def wide(monkeypatch) -> None:
+    """`show` on a 200-column console: the start table has ten columns (a pytest-xdist worker runs
+    with COLUMNS=80, read once when the CLI's console is made)."""
+    from rich.console import Console
+
+    import autotune.cli
+
+    monkeypatch.setattr(autotune.cli, "console", Console(soft_wrap=True, width=200))
+
+
 def test_where_a_vllm_start_went_is_read_from_its_log():
     """Recorded on the H200 (vLLM 0.26.0, Gemma 3 270M, fp8 KV, compiled): the start's parts as
     vLLM logs them; the llama.cpp engine logs none of them."""
@@ -86,7 +96,7 @@ def test_where_a_vllm_start_went_is_read_from_its_log():
 
 
 def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # ten columns
+    wide(monkeypatch)
     store = Store(tmp_path / "runs.db")
     store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
     store.save_trial(TrialResult(
@@ -107,7 +117,7 @@ def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsy
 def test_show_splits_the_start_by_the_logs_own_clock(tmp_path: Path, capsys, monkeypatch):
     """A start of 54 s whose log spans 36 s: 18 s before vLLM's first line (process start, imports),
     17 s from that line to the engine core's first, 1 s from the core's init to serving."""
-    monkeypatch.setenv("COLUMNS", "200")
+    wide(monkeypatch)
     store = Store(tmp_path / "runs.db")
     store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
     store.save_trial(TrialResult(
