@@ -90,7 +90,7 @@ def test_a_docker_launch_names_its_image(tmp_path):
 SPACE = "name: fake-vllm-resolved\n" + FAKE_GEMMA_SPACE + """knobs:
   - {{name: max_num_seqs, values: [null, 8], default: null}}
   - {{name: enforce_eager, values: [null, true], default: null}}
-workload: {{decode_max_tokens: 8, prompts_per_set: 1, repeats: 1, prefill_tokens: [], concurrency: [1, 16],
+workload: {{decode_max_tokens: 8, prompts_per_set: 1, repeats: 1, prefill_tokens: [], concurrency: [1],
            startup_timeout_s: 60}}
 gates: {{needle: null, qeval: null}}
 """
@@ -109,8 +109,7 @@ def test_resolved_values_flow_from_the_log_to_runs_db_show_and_the_recipe(versio
     base, tried = trials[0].resolved, trials[1].resolved
     assert base is not None and tried is not None
     assert (base.engine_version, base.max_num_seqs, base.compilation_mode) == (version, None, "VLLM_COMPILE")
-    # the baseline's start captured up to the workload's 16 streams (issue 53), the eager one none
-    assert base.cudagraph_capture_sizes == [1, 2, 4, 8, 16] and base.attention_backend == "FLASH_ATTN"
+    assert base.cudagraph_capture_sizes == DEFAULT_SIZES and base.attention_backend == "FLASH_ATTN"
     assert (tried.max_num_seqs, tried.compilation_mode, tried.cudagraph_capture_sizes) == (8, "NONE", [])
     # only 0.26.0's recorded start reached the KV cache sizing; the 0.33.0 stand-in prints no such line
     assert base.kv_cache_tokens == (524288 if version == "0.26.0" else None)
@@ -118,7 +117,7 @@ def test_resolved_values_flow_from_the_log_to_runs_db_show_and_the_recipe(versio
     capsys.readouterr()
     assert main(["show", "--db", str(db), "--study", "r"]) == 0
     shown = capsys.readouterr().out
-    assert "what the engine resolved at start" in shown and "VLLM_COMPILE" in shown and "5 (1..16)" in shown
+    assert "what the engine resolved at start" in shown and "VLLM_COMPILE" in shown and "51 (1..512)" in shown
     assert f"(version {version})" in shown
 
     for number in (0, 1):
@@ -127,10 +126,7 @@ def test_resolved_values_flow_from_the_log_to_runs_db_show_and_the_recipe(versio
         recipe = yaml.safe_load(out.read_text())
         keys = list(recipe)
         assert keys.index("resolved") == keys.index("launch") + 1  # beside the argv
-        # the recipe's own start captures vLLM's default sizes: the capped start's are not carried
-        carried = trials[number].resolved.model_copy(update={"cudagraph_capture_sizes": None}) if number == 0 \
-            else trials[number].resolved
-        assert from_yaml(out.read_text()).resolved == carried
+        assert from_yaml(out.read_text()).resolved == trials[number].resolved
         assert recipe["provenance"]["engine_version"] == version and recipe["launch"]["image"] is None
-    assert "  cudagraph_capture_sizes: []" in (tmp_path / "r1.yaml").read_text()  # one line
+    assert "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 24," in (tmp_path / "r0.yaml").read_text()  # one line
     assert yaml.safe_load((tmp_path / "r1.yaml").read_text())["resolved"]["max_num_seqs"] == 8

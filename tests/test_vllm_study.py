@@ -84,49 +84,6 @@ def test_vllm_study_against_the_fake(fake, tmp_path, capsys):
     assert sys.executable not in out.read_text()
 
 
-def test_a_trial_captures_cuda_graphs_only_up_to_the_batches_its_workload_runs(fake, tmp_path, capsys):
-    """Issue 53: vLLM captures 51 graph sizes (1..512) by default; a trial whose waves reach 4 streams
-    starts with `--max-cudagraph-capture-size 4` (with draft K = 4, 4 x 5 tokens: 24), the smallest of
-    vLLM's own sizes that holds them, so every batch it measures runs the same graph. The exported
-    recipe serves with vLLM's own sizes: no cap, and no capture sizes read from the capped start."""
-    db = tmp_path / "runs.db"
-    args = ["search", "--space", str(fake), "--db", str(db), "--trials", "3", "--confirm-rounds", "0", "--study", "g"]
-    assert main(args) == 0, capsys.readouterr().out
-    trials = [t for t in Store(db).trials("g") if t.status == "ok"]
-    caps = {t.candidate.params["draft_k"]: t.launch.server.argv for t in trials}
-    assert set(caps) == {0, 4}
-    for k, cap in ((0, "4"), (4, "24")):
-        argv = caps[k]
-        assert argv[argv.index("--max-cudagraph-capture-size") + 1] == cap
-    base = next(t for t in trials if t.candidate.params["draft_k"] == 0)
-    assert base.resolved.cudagraph_capture_sizes == [1, 2, 4]  # what the (stand-in) engine captured
-    assert base.launch.measurement_args == ["--max-cudagraph-capture-size", "4"]
-    out = tmp_path / "r.yaml"
-    assert main(["export", "--db", str(db), "--study", "g", "--trial", str(base.number), "-o", str(out)]) == 0
-    recipe = yaml.safe_load(out.read_text())
-    assert not any("--max-cudagraph-capture-size" in line for line in recipe["commands"])
-    assert "--max-cudagraph-capture-size" not in recipe["launch"]["nodes"][0]["argv"]
-    assert recipe["measured_with"] == ["--max-cudagraph-capture-size", "4"]
-    assert recipe["resolved"]["cudagraph_capture_sizes"] is None  # the capped start's sizes are not the recipe's
-
-
-def test_the_capture_cap_is_left_out_where_it_would_not_cut(monkeypatch):
-    """No cap where vLLM's own default already stops at the workload's batch, where there are no
-    CUDA graphs, or where this vLLM has no such option."""
-    engine = vllm_engine.VllmEngine()
-    monkeypatch.setattr(vllm_engine, "supported_flags", lambda python: frozenset({"--max-cudagraph-capture-size"}))
-    assert engine.measurement_args({}, 32) == ["--max-cudagraph-capture-size", "32"]
-    assert engine.measurement_args({}, 33) == ["--max-cudagraph-capture-size", "40"]
-    assert engine.measurement_args({}, 300) == ["--max-cudagraph-capture-size", "304"]
-    assert engine.measurement_args({}, 512) == []  # vLLM's default stops at 512
-    assert engine.measurement_args({"max_num_seqs": 16}, 16) == ["--max-cudagraph-capture-size", "16"]
-    assert engine.measurement_args({"max_num_seqs": 16}, 40) == []  # vLLM's default stops at 2 x 16
-    assert engine.measurement_args({"enforce_eager": True}, 4) == []
-    assert engine.measurement_args({"cudagraph_mode": "NONE"}, 4) == []
-    monkeypatch.setattr(vllm_engine, "supported_flags", lambda python: frozenset())
-    assert engine.measurement_args({}, 4) == []
-
-
 def test_space_naming_a_flag_this_vllm_lacks_is_refused(fake, tmp_path, capsys):
     text = fake.read_text().replace("knobs:", "knobs:\n  - {name: linear_backend, values: [null, cutlass], default: null}")
     fake.write_text(text)

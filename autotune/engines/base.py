@@ -248,11 +248,6 @@ class Engine(ABC):
         """CPU threads one decode step runs on (None: not a CPU engine, no thread term)."""
         return None
 
-    def measurement_args(self, params: Mapping[str, Scalar], largest_batch: int) -> list[str]:
-        """Options that make a trial's start cheaper and leave every batch of at most `largest_batch`
-        requests run as it would without them ([]: none); a recipe leaves them out."""
-        return []
-
     def max_batch(self, params: Knobs) -> int | None:
         """The most requests one decode step batches under these settings (None: no cap the planner knows)."""
         return None

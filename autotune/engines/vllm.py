@@ -131,16 +131,6 @@ CACHE_MODE_BYTES: dict[str, float] = {"fp16": 2.0, "q8": 8.5 / 8, "q6": 6.5 / 8,
 FIXED_GB = 1.5  # CUDA context, torch/NCCL buffers, sampler
 CUDA_GRAPHS_GB = 0.5  # graph pools; 0 with enforce_eager
 DEFAULT_BATCHED_TOKENS = 8192
-#: the largest CUDA graph vLLM captures by default (its max_cudagraph_capture_size: min(2 x max_num_seqs, 512))
-DEFAULT_MAX_CAPTURE = 512
-CAPTURE_CAP_FLAG = "--max-cudagraph-capture-size"
-
-
-def capture_sizes(largest: int) -> list[int]:
-    """vLLM's own capture sizes up to `largest` (CompilationConfig.max_cudagraph_capture_size's pattern:
-    1, 2, 4, then steps of 8 below 256 and of 16 from 256)."""
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
-    return [n for n in sizes if n <= largest]
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 REMOVED_ENV: dict[str, str] = {
@@ -283,28 +273,6 @@ class VllmEngine(Engine):
 
     def eager(self, params: Knobs) -> bool:
         return params.get("enforce_eager") is True
-
-    def measurement_args(self, params: Mapping[str, Scalar], largest_batch: int) -> list[str]:
-        """CUDA graphs captured up to the smallest of vLLM's own sizes that holds `largest_batch`
-        requests (times 1 + K tokens where K are drafted) instead of up to 512: a start measured on
-        the H100 spent 4-6 s capturing 51 sizes (docs/measurements.md). Every decode batch the workload
-        runs pads to the same graph as without the cap (a mixed prefill step above the cap runs without
-        one); none where vLLM's default stops there already, where graphs are off, or where this vLLM
-        has no such option."""
-        knobs = Knobs(params)
-        if not self.cuda_graphs(knobs):
-            return []
-        try:
-            if CAPTURE_CAP_FLAG not in supported_flags(self.python):
-                return []
-        except EngineUnavailable:  # no vLLM here to ask (a Docker launch): vLLM's own sizes
-            return []
-        spec = speculative_config(params)
-        tokens = largest_batch * (1 + (spec["num_speculative_tokens"] if spec else 0))
-        seqs = knobs.number("max_num_seqs")
-        default = min(2 * int(seqs), DEFAULT_MAX_CAPTURE) if seqs else DEFAULT_MAX_CAPTURE
-        cap = next((n for n in capture_sizes(DEFAULT_MAX_CAPTURE) if n >= tokens), None)
-        return [CAPTURE_CAP_FLAG, str(cap)] if cap is not None and cap < default else []
 
     def max_batch(self, params: Knobs) -> int | None:
         # unset: vLLM picks its own default by GPU and logs it at DEBUG only (vllm_log.py); the planner

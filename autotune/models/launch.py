@@ -158,11 +158,6 @@ class LaunchSpec(Record):
     ready: ReadyRequest | None = Field(
         None, description="the generation that must return before the engine counts as up (None: health alone)"
     )
-    measurement_args: list[str] = Field(
-        default_factory=list,
-        description="options a trial's server started with to start sooner, that leave every batch its workload "
-        "runs as it is (vLLM: CUDA graphs captured only up to the largest); in the server's argv, left out of a recipe",
-    )
 
     @property
     def server(self) -> NodeLaunch:

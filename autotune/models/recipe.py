@@ -218,11 +218,6 @@ class Recipe(Record):
         "graphs, KV cache), from the trial's log; launch.image is the container image it ran in (docker launcher)",
     )
     selected: dict[str, str] = Field(default_factory=dict)
-    measured_with: list[str] = Field(
-        default_factory=list, description="options the measured start had that this launch leaves out: they only "
-        "made it start sooner (vLLM: CUDA graphs captured up to the workload's largest batch, so resolved leaves "
-        "the capture sizes to this launch's own log)",
-    )
     numbers: list[RecipeNumber] = Field(default_factory=list)
     acceptance_source: AcceptanceSource | None = Field(
         None, description="where the spec_acceptance_length number was read from (None: the trial drafted nothing)"

@@ -53,24 +53,18 @@ def _with_port(argv: list[str], old: int, new: int) -> list[str]:
 
 
 def portable_launch(launch: LaunchSpec) -> LaunchSpec:
-    """The same launch with this machine's interpreter path replaced by `python3`, the trial's
-    random port by RECIPE_PORT, and the options it was measured with only to start sooner left out."""
+    """The same launch with this machine's interpreter path replaced by `python3` and the trial's
+    random port by RECIPE_PORT."""
     nodes = [
         NodeLaunch(
             node=n.node,
             role=n.role,
-            argv=_with_port([PORTABLE_PYTHON if a == sys.executable else a
-                             for a in _without(n.argv, launch.measurement_args)], launch.port, RECIPE_PORT),
+            argv=_with_port([PORTABLE_PYTHON if a == sys.executable else a for a in n.argv], launch.port, RECIPE_PORT),
             env=n.env,
         )
         for n in launch.nodes
     ]
-    return launch.model_copy(update={"nodes": nodes, "port": RECIPE_PORT, "measurement_args": []})
-
-
-def _without(argv: list[str], extra: list[str]) -> list[str]:
-    """`argv` less `extra` where it ends with it (the measurement options are appended last)."""
-    return argv[: len(argv) - len(extra)] if extra and argv[len(argv) - len(extra):] == extra else argv
+    return launch.model_copy(update={"nodes": nodes, "port": RECIPE_PORT})
 
 
 def shell_lines(launch: LaunchSpec) -> list[str]:
@@ -142,12 +136,8 @@ def recipe_from_trial(
         model=space.model.name,
         params=trial.candidate.params,
         launch=portable_launch(trial.launch),
-        # a start with its CUDA graphs capped captured the measured batches only; the recipe's own
-        # start captures vLLM's default sizes, which its log will say
-        resolved=trial.resolved.model_copy(update={"cudagraph_capture_sizes": None})
-        if trial.resolved and trial.launch.measurement_args else trial.resolved,
+        resolved=trial.resolved,
         selected=trial.selected,
-        measured_with=trial.launch.measurement_args,
         numbers=_numbers(trial),
         acceptance_source=trial.acceptance_source,
         accuracy=DUMMY_ACCURACY if dummy_weights(space) else _accuracy(trial, baseline, accuracy_on),
@@ -241,9 +231,6 @@ def to_yaml(recipe: Recipe) -> str:
                 data["verdict"].pop(key, None)
     if data["launch"].get("ready") is None:  # launches stored before the generation check existed
         data["launch"].pop("ready", None)
-    data["launch"].pop("measurement_args", None)  # a recipe's launch has none (portable_launch)
-    if not data.get("measured_with"):
-        data.pop("measured_with", None)
     if data.get("acceptance_source") is None:  # no drafting, or trials stored before autotune said it
         data.pop("acceptance_source", None)
     if data.get("resolved") is None:  # predicted recipes, and trials stored before autotune read it

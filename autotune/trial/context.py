@@ -59,24 +59,6 @@ class TrialContext(Checked):
             launch = launch.model_copy(update={"image": self.cluster.image})  # what the record says it ran in
         return launch
 
-    def largest_batch(self) -> int:
-        """The most requests this context's workload has in flight at once: its waves, the capacity
-        search's top level, the qeval gate's concurrency."""
-        space = self.space
-        slo = space.objective.slo
-        qeval = space.gates.qeval
-        return max([1, *space.workload.concurrency, *space.objective.waves,
-                    *([slo.max_streams] if space.objective.capacity and slo else []),
-                    *([qeval.concurrency] if qeval else [])])
-
-    def measured(self, launch: LaunchSpec, candidate: Candidate) -> LaunchSpec:
-        """`launch` with the engine's measurement options (Engine.measurement_args) on its server."""
-        extra = self.engine.measurement_args(candidate.params, self.largest_batch())
-        if not extra:
-            return launch
-        nodes = [n.model_copy(update={"argv": [*n.argv, *extra]}) if n is launch.server else n for n in launch.nodes]
-        return launch.model_copy(update={"nodes": nodes, "measurement_args": extra})
-
     def launchable(self, candidate: Candidate, port: int | None = None) -> LaunchSpec:
         """`candidate`'s launch, refused (ConfigError) where the launcher cannot run it."""
         launch = self.render(candidate, port)

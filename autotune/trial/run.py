@@ -248,7 +248,7 @@ class EngineLaunch:
         t0 = time.monotonic()
         ctx = request.ctx
         try:
-            launch = ctx.measured(ctx.launchable(request.candidate, free_port()), request.candidate)
+            launch = ctx.launchable(request.candidate, free_port())
         except ConfigError as exc:  # this candidate cannot be launched here
             return _configuration_error(request, t0, exc, started_at=started)
         record = {"launch": launch, "nccl": ctx.nccl, "engine_version": ctx.engine.version(), "started_at": started,

@@ -16,7 +16,7 @@ installed() { [[ -f /tmp/site/.installed || -f /tmp/site/.installed-vllm-0.33.0 
 case "${1:-}" in
 ab)
   installed || install
-  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --space $SPACE --hardware "${HW:-h100}" \
+  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --space $SPACE --hardware "${HW:-h100}" --cap 32 \
     --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/startcut.json" > "$OUT/startcut.txt" 2>&1
   echo "start_cut exit $?" >> "$OUT/startcut.txt"
   save; tail -12 "$OUT/startcut.txt" ;;
