@@ -326,8 +326,8 @@ def block_effects() -> str:
 
 def block_anova() -> str:
     """Issue 53's check of a table before it is replayed: main effects and two-knob interactions of
-    log(objective) against the launch noise (ground_truth.py anova)."""
-    from ground_truth import ANOVA_ALPHA, anova
+    log(objective) against the launch noise (table_anova.py)."""
+    from table_anova import ANOVA_ALPHA, anova
 
     lines = [f"| table | knobs acting beyond the noise (p < {ANOVA_ALPHA}) | interactions (p < {ANOVA_ALPHA}) | F against "
              "| within the noise of the best | nearest of those to the baseline |", "|---|---|---|---|---|---|"]

@@ -538,121 +538,6 @@ def knob_effects(table: dict, gap_min: float = SITTING_GAP_MIN) -> list[KnobEffe
     return out
 
 
-#: the significance level the analysis of variance judges a term at (issue 53: p < 0.01)
-ANOVA_ALPHA = 0.01
-
-
-class AnovaTerm(BaseModel):
-    term: str  # a knob, or two joined by ':' (their interaction)
-    df: int
-    f: float
-    p: float
-
-
-class AnovaReport(BaseModel):
-    """Main effects and two-knob interactions of log(objective), each tested against the launch noise."""
-
-    terms: list[AnovaTerm]
-    pure_error_df: int  # launches less cells (and machines): the repeats' own spread; 0 = none repeated
-    error: str  # what each F was judged against
-    wanted: bool  # at least two knobs with a main effect and one interaction, at ANOVA_ALPHA
-    # the candidate the fewest knobs off the baseline among those the launch noise cannot tell from the
-    # best mean log(objective) (a two-sided t interval at 95 %), as its knobs off the baseline
-    optimum: str
-    optimum_changes: int  # how many knobs it changes from the baseline (1: one decision finds the optimum)
-    tied: int  # candidates the noise cannot tell from the best
-    verdict: str
-
-
-def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
-    """log(objective) ~ machine + every knob + every pair of knobs (statsmodels, type II sums of
-    squares), each term's F against the pure error: the spread of a candidate's launches on one
-    machine (a cell model's residual). Where no candidate was launched twice, against the model's
-    own residual (the higher interactions and the noise together), and the report says so. Knobs the
-    ok launches hold at one value only drop out; a launch whose objective is 0 or missing is not ok."""
-    import math
-
-    import pandas as pd
-    import statsmodels.formula.api as smf
-    from scipy.stats import f as fisher
-    from statsmodels.stats.anova import anova_lm
-
-    space = SearchSpace.model_validate(table["space"])
-    params_of = {entry["key"]: entry["params"] for entry in table["candidates"]}
-    ok = ok_launches(table)
-    machine_of = {at: m for m, group in enumerate(by_sitting(ok, gap_min)) for at, _, _ in group}
-    names = [k.name for k in space.knobs if len({str(params_of[key].get(k.name)) for _, key, _ in ok}) > 1]
-    column = {name: f"k{i}" for i, name in enumerate(names)}
-    frame = pd.DataFrame([{"y": math.log(value), "machine": str(machine_of[at]), "cell": key,
-                           **{column[n]: str(params_of[key].get(n)) for n in names}} for at, key, value in ok])
-    machines = "C(machine) + " if frame["machine"].nunique() > 1 else ""
-    knobs = " + ".join(f"C({column[n]})" for n in names)
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:  # a rank-deficient design is said in the report
-        warnings.simplefilter("always")
-        two_way = smf.ols(f"y ~ {machines}({knobs})**2", data=frame).fit()
-    deficient = any("rank-deficient" in str(w.message) for w in caught)
-    cells = smf.ols(f"y ~ {machines}C(cell)", data=frame).fit()
-    table_ss = anova_lm(two_way, typ=2)
-    pure_df = int(round(cells.df_resid))
-    if pure_df > 0:
-        error_ms, error_df = cells.ssr / cells.df_resid, pure_df
-        error = f"the pure error: launches of one candidate on one machine (df {pure_df})"
-    else:
-        error_ms, error_df = two_way.ssr / two_way.df_resid, int(round(two_way.df_resid))
-        error = f"the model's residual (no candidate launched twice: higher interactions and noise, df {error_df})"
-    if deficient:
-        error += "; the design is rank-deficient (some pairs of knob values never ran together)"
-    back = {f"C({c})": n for n, c in column.items()}
-    terms = []
-    for row, values in table_ss.iterrows():
-        parts = str(row).split(":")
-        if row == "Residual" or not all(part in back for part in parts):
-            continue
-        df = int(round(values["df"]))
-        f_value = (values["sum_sq"] / df) / error_ms if df and error_ms > 0 else float("nan")
-        terms.append(AnovaTerm(term=":".join(back[part] for part in parts), df=df, f=float(f_value),
-                               p=float(fisher.sf(f_value, df, error_df)) if error_df > 0 else float("nan")))
-    mains = [t.term for t in terms if ":" not in t.term and t.p < ANOVA_ALPHA]
-    pairs = [t.term for t in terms if ":" in t.term and t.p < ANOVA_ALPHA]
-    wanted = len(mains) >= 2 and len(pairs) >= 1
-    from scipy.stats import t as student
-
-    grouped = frame.groupby("cell")["y"]
-    means, counts = grouped.mean(), grouped.count()
-    top = str(means.idxmax())
-    q = float(student.ppf(0.975, error_df)) if error_df > 0 else 0.0
-    tied = [str(c) for c in means.index
-            if means[top] - means[c] <= q * math.sqrt(error_ms * (1 / counts[top] + 1 / counts[c]))]
-    base = params_of.get(table.get("baseline_key", ""), baseline(space).params)
-
-    def off_base(key: str) -> dict:
-        return {k.name: params_of[key].get(k.name) for k in space.knobs if params_of[key].get(k.name) != base.get(k.name)}
-
-    changed = min((off_base(c) for c in tied), key=len)
-    optimum = " ".join(f"{k}={v}" for k, v in changed.items()) or "the baseline"
-    verdict = (f"{len(mains)} knob{'s' if len(mains) != 1 else ''} with a main effect beyond the launch noise "
-               f"(p < {ANOVA_ALPHA}){': ' + ', '.join(mains) if mains else ''}; {len(pairs)} interaction"
-               f"{'s' if len(pairs) != 1 else ''}{': ' + ', '.join(pairs) if pairs else ''}: "
-               + ("the table issue 53 asks for" if wanted else "not the table issue 53 asks for (two knobs and an "
-                  "interaction): change it before replaying")
-               + f"; {len(tied)} candidate{'s' if len(tied) != 1 else ''} within the noise of the best, the "
-               f"nearest to the baseline changes {len(changed)} knob{'s' if len(changed) != 1 else ''} ({optimum})")
-    return AnovaReport(terms=terms, pure_error_df=pure_df, error=error, wanted=wanted, optimum=optimum,
-                       optimum_changes=len(changed), tied=len(tied), verdict=verdict)
-
-
-def anova_command(args: argparse.Namespace) -> None:
-    report = anova(json.loads(Path(args.table).read_text()), args.gap_min)
-    print(f"log(objective) ~ machine + knobs + pairs of knobs; F against {report.error}")
-    for t in sorted(report.terms, key=lambda t: t.p):
-        print(f"  {t.term:48s} df {t.df:2d}  F {t.f:9.2f}  p {t.p:.3g}")
-    print(report.verdict)
-    if args.json:
-        Path(args.json).write_text(report.model_dump_json(indent=1) + "\n")
-
-
 def on_one_machine(table: dict, fit: MachineFit) -> dict:
     """The table with every launch divided by its machine's fitted level: what one machine (the
     first) would have measured, as far as the fit knows. Its spread is the within-machine noise."""
@@ -751,14 +636,9 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("table")
     k.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
     k.add_argument("--out", default=None, help="also write the table with every launch on the first machine's level")
-    a = sub.add_parser("anova", help="main effects and two-knob interactions against the launch noise: is it the "
-                       "table wanted (two knobs and an interaction at p < 0.01)?")
-    a.add_argument("table")
-    a.add_argument("--gap-min", type=float, default=SITTING_GAP_MIN, help="a gap longer than this starts another machine")
-    a.add_argument("--json", default=None, help="also write the report here")
     args = parser.parse_args(argv)
     {"measure": measure, "export": export, "restore": restore, "retarget": retarget, "slice": slice_command,
-     "machines": machines_command, "anova": anova_command}[args.cmd](args)
+     "machines": machines_command}[args.cmd](args)
 
 
 if __name__ == "__main__":

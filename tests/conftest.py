@@ -42,6 +42,12 @@ def gt() -> ModuleType:
     return benchmark_module("ground_truth")
 
 
+@pytest.fixture
+def ta() -> ModuleType:
+    """benchmarks/table_anova.py: a ground-truth table's analysis of variance."""
+    return benchmark_module("table_anova")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test runs in its own folder, so runs.db and logs never leak between tests."""

@@ -1,6 +1,6 @@
 """Issue 53: before a ground-truth table is replayed, an analysis of variance says whether it is the
 table wanted: at least two knobs with effects beyond the launch noise, and at least one interaction
-(benchmarks/ground_truth.py anova)."""
+(benchmarks/table_anova.py)."""
 
 from __future__ import annotations
 
@@ -31,31 +31,31 @@ def synthetic(effects, noise: float = 0.01, seed: int = 0) -> dict:
     return {"space": json.loads(space.model_dump_json()), "candidates": candidates}
 
 
-def test_two_knobs_and_their_interaction_are_found_and_a_null_knob_is_not(gt):
+def test_two_knobs_and_their_interaction_are_found_and_a_null_knob_is_not(ta):
     fp8 = lambda p: 0.3 if p["quantization"] == "fp8" else 0.0  # noqa: E731
     kv = lambda p: 0.1 if p["kv_cache_dtype"] == "fp8" else 0.0  # noqa: E731
     # the KV dtype helps only where the backend is Triton: an interaction, no main effect of the backend alone
     both = lambda p: 0.15 if p["kv_cache_dtype"] == "fp8" and p["attention_backend"] == "TRITON_ATTN" else 0.0  # noqa: E731
-    report = gt.anova(synthetic([fp8, kv, both]))
+    report = ta.anova(synthetic([fp8, kv, both]))
     significant = {t.term for t in report.terms if t.p < 0.01}
     assert {"quantization", "kv_cache_dtype", "kv_cache_dtype:attention_backend"} <= significant
     assert "cudagraph_mode" not in significant
     assert report.wanted and report.pure_error_df == 24  # 48 launches of 24 cells
 
 
-def test_a_table_with_one_decision_is_not_the_table_wanted(gt):
-    report = gt.anova(synthetic([lambda p: 0.3 if p["quantization"] == "fp8" else 0.0]))
+def test_a_table_with_one_decision_is_not_the_table_wanted(ta):
+    report = ta.anova(synthetic([lambda p: 0.3 if p["quantization"] == "fp8" else 0.0]))
     assert not report.wanted
     assert "1 knob" in report.verdict
 
 
-def test_the_h200_8_stream_table_has_two_knobs_and_one_decision_to_find(gt):
+def test_the_h200_8_stream_table_has_two_knobs_and_one_decision_to_find(ta):
     """The measured MiniMax-shape table (H200, 8 streams), as committed: fp8 weights and max_num_seqs
     both act beyond the noise, and interact (so it passes the analysis), yet its best candidate is one
     knob off the baseline among those the noise cannot tell from the best, fp8 weights (the planner's
     first pick in 100 of 100 replays): the report
     says both, so a table is judged by more than its F tests."""
-    report = gt.anova(json.loads(MINIMAX_C8.read_text()))
+    report = ta.anova(json.loads(MINIMAX_C8.read_text()))
     significant = {t.term for t in report.terms if t.p < 0.01}
     assert {"quantization", "max_num_seqs", "quantization:max_num_seqs"} <= significant
     assert report.optimum_changes == 1 and report.optimum == "quantization=fp8"
