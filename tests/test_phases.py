@@ -95,6 +95,16 @@ def test_where_a_vllm_start_went_is_read_from_its_log():
     assert get_engine("llamacpp").start_parts(log) == {}
 
 
+def test_a_start_across_a_month_boundary_reads_its_seconds():
+    """vLLM stamps its lines MM-DD HH:MM:SS: a start from 11-30 23:59:50 to 12-01 00:00:09 spans 19 s."""
+    from autotune.engines import get_engine
+
+    log = ("INFO 11-30 23:59:50 [api_utils.py:273] non-default args: {}\n"
+           "INFO 12-01 00:00:05 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model='m'\n"
+           "INFO 12-01 00:00:09 [api_server.py:677] Starting vLLM server on http://127.0.0.1:8000\n")
+    assert get_engine("vllm").start_parts(log) == {"api_server": 15.0, "logged": 19.0}
+
+
 def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
     wide(monkeypatch)
     store = Store(tmp_path / "runs.db")

@@ -8,6 +8,7 @@ recorded logs of both versions under tests/logs/.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from autotune.models import ResolvedEngine
 
@@ -77,11 +78,13 @@ _SERVING = "Starting vLLM server on"
 
 
 def _stamp_s(line: str) -> float | None:
+    """Seconds of a line's stamp on one calendar (the log states no year: a leap year holds 02-29;
+    a start across New Year reads end < begin and its spans are left out)."""
     m = _STAMP.search(line)
     if not m:
         return None
     month, day, hour, minute, second = (int(g) for g in m.groups())
-    return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second  # differences within a month
+    return datetime(2000, month, day, hour, minute, second).timestamp()
 
 
 def _clock_parts(text: str) -> dict[str, float]:
