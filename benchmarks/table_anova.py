@@ -59,9 +59,12 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     machine (a cell model's residual). Where no candidate was launched twice, against the model's
     own residual (the higher interactions and the noise together), and the report says so. Knobs the
     ok launches hold at one value only drop out; a launch whose objective is 0 or missing is not ok."""
+    import warnings
+
     import pandas as pd
     import statsmodels.formula.api as smf
     from scipy.stats import f as fisher
+    from scipy.stats import t as student
     from statsmodels.stats.anova import anova_lm
 
     space = SearchSpace.model_validate(table["space"])
@@ -74,8 +77,6 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
                            **{column[n]: str(params_of[key].get(n)) for n in names}} for at, key, value in ok])
     machines = "C(machine) + " if frame["machine"].nunique() > 1 else ""
     knobs = " + ".join(f"C({column[n]})" for n in names)
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:  # a rank-deficient design is said in the report
         warnings.simplefilter("always")
         two_way = smf.ols(f"y ~ {machines}({knobs})**2", data=frame).fit()
@@ -104,8 +105,6 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     mains = [t.term for t in terms if ":" not in t.term and t.p < ANOVA_ALPHA]
     pairs = [t.term for t in terms if ":" in t.term and t.p < ANOVA_ALPHA]
     wanted = len(mains) >= 2 and len(pairs) >= 1
-    from scipy.stats import t as student
-
     grouped = frame.groupby("cell")["y"]
     means, counts = grouped.mean(), grouped.count()
     top = str(means.idxmax())
