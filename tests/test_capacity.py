@@ -531,3 +531,12 @@ def test_the_slo_is_part_of_the_experiment():
     assert "max_requests" not in experiment(space)["objective"]["slo"]
     capped = space.objective.model_copy(update={"slo": space.objective.slo.model_copy(update={"max_requests": 500})})
     assert fingerprint(space) != fingerprint(space.model_copy(update={"objective": capped}))
+
+
+def test_an_unresolved_level_at_the_midpoint_sends_the_bisection_below_it_not_next_to_it():
+    # the H100 gt24 table (2026-12-07, PIECEWISE graphs): 256 passed, 320 failed, 288 (their midpoint)
+    # stayed unresolved, and the last probe went to 287, one stream from it (no new information;
+    # it read 53 %), while 272 was never tried: the capacity read 256 at max_probes
+    report, asked = search(272, unresolved=frozenset({288}), initial_streams=64, max_streams=512, max_probes=8)
+    assert asked == [64, 128, 256, 512, 384, 320, 288, 272]
+    assert report.capacity == 272 and report.stop is SearchStop.MAX_PROBES

@@ -246,8 +246,18 @@ def _bounds(levels: dict[int, LevelResult]) -> tuple[int, int | None]:
 
 
 def _next_level(levels: dict[int, LevelResult], best: int, above: int) -> int | None:
-    """The untried level nearest the midpoint of (best, above), lower first; None when none is left."""
+    """The untried level nearest the midpoint of (best, above), lower first; None when none is left.
+
+    When the midpoint itself was probed and stayed unresolved, the level nearest it would tell no
+    more than it did: the midpoint of the gap below it (between it and the probed level under it)
+    is probed instead, then of the gap above it."""
     mid = (best + above) / 2
+    if mid in levels:
+        under = max(k for k in [*levels, best] if k < mid)
+        over = min(k for k in [*levels, above] if k > mid)
+        for low, high in ((under, int(mid)), (int(mid), over)):
+            if high - low > 1:
+                return _next_level(levels, low, high)
     left = sorted((k for k in range(best + 1, above) if k not in levels), key=lambda k: (abs(k - mid), k))
     return left[0] if left else None
 
