@@ -86,9 +86,20 @@ async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpac
 def server_line(seen: dict[str, Any]) -> str:
     if not seen:
         return "no /metrics polls inside the level"
-    return (f"{seen['running_mean']} requests running on average, {seen['generated_tps']} tok/s generated, "
+    waiting = f" (+{seen['waiting_mean']} waiting)" if "waiting_mean" in seen else ""
+    return (f"{seen['running_mean']} requests running{waiting} on average, {seen['generated_tps']} tok/s generated, "
             f"{seen['requests']} first tokens, {_pct(seen['ttft_le_1s'])} within 1 s (mean {seen['ttft_mean_ms']} ms), "
             f"mean ITL {seen['itl_mean_ms']} ms")
+
+
+def client_server_line(client: dict[str, Any], server: dict[str, Any]) -> str:
+    """A client's count of requests in flight and mean TTFT beside the server's: the difference is what
+    never reached the engine (or reached it late), whether it waited in the client or the HTTP front."""
+    held = server["running_mean"] + server.get("waiting_mean", 0.0)
+    return (f"client: {client['in_flight_mean']} in flight, mean TTFT {client['ttft_mean_ms']} ms; "
+            f"server: {server['running_mean']} running + {server.get('waiting_mean', 0.0)} waiting, "
+            f"mean TTFT from arrival {server['ttft_mean_ms']} ms: {client['in_flight_mean'] - held:.1f} requests and "
+            f"{client['ttft_mean_ms'] - server['ttft_mean_ms']:.1f} ms a request outside the engine")
 
 
 def _pct(share: float | None) -> str:
@@ -140,6 +151,8 @@ def guidellm(executable: str, spec: dict[str, Any], out: Path, round_: int, samp
         level["server"] = window(sampler.polls, bench["start_time"], bench["end_time"]) if sampler is not None else {}
         if sampler is not None:
             say(f"  server during GuideLLM's {level['streams']} streams: {server_line(level['server'])}")
+            if level["server"].get("ttft_mean_ms") is not None:
+                say(f"    {client_server_line(level, level['server'])}")
     return {"seconds": seconds, **found}
 
 
@@ -160,6 +173,9 @@ def levels_of(result: dict[str, Any], target: float) -> dict[str, Any]:
             "output_tps": metrics["output_tokens_per_second"]["successful"]["mean"],
             "p99_ttft_ms": metrics["time_to_first_token_ms"]["successful"]["percentiles"]["p99"],
             "p99_itl_ms": metrics["inter_token_latency_ms"]["successful"]["percentiles"]["p99"],
+            # its own view, beside the server's: the requests it counted in flight, and its mean TTFT
+            "in_flight_mean": round(metrics["request_concurrency"]["successful"]["mean"], 1),
+            "ttft_mean_ms": round(metrics["time_to_first_token_ms"]["successful"]["mean"], 1),
             "completed": metrics["request_totals"]["successful"], "errored": metrics["request_totals"]["errored"],
             "cancelled": metrics["request_totals"]["incomplete"],
         })

@@ -2,7 +2,8 @@
 thread while two tools measure the same server (benchmarks/crosscheck_guidellm_goodput.py), then cut
 into each level's wall-clock window.
 
-Per window: the requests the engine ran at once (`vllm:num_requests_running`, mean of the polls),
+Per window: the requests the engine ran at once (`vllm:num_requests_running`, mean of the polls)
+and those its scheduler held waiting (`vllm:num_requests_waiting`),
 the tokens it generated per second (`vllm:generation_tokens_total`), and from its histograms the
 requests whose time to first token was at most 1 s (the bucket `le="1.0"` of
 `vllm:time_to_first_token_seconds`), their mean TTFT, and the mean inter-token latency
@@ -20,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
 GENERATED = "vllm:generation_tokens"
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -31,6 +33,7 @@ class Poll:
 
     t: float
     running: float
+    waiting: float
     generated: float
     ttft_count: float
     ttft_sum: float
@@ -53,7 +56,7 @@ def parse(text: str, t: float) -> Poll:
                 key = f"{TTFT}_le_1"
             values[key] = values.get(key, 0.0) + sample.value
     return Poll(
-        t=t, running=values.get(RUNNING, 0.0), generated=values.get(f"{GENERATED}_total", 0.0),
+        t=t, running=values.get(RUNNING, 0.0), waiting=values.get(WAITING, 0.0), generated=values.get(f"{GENERATED}_total", 0.0),
         ttft_count=values.get(f"{TTFT}_count", 0.0), ttft_sum=values.get(f"{TTFT}_sum", 0.0),
         ttft_le_1s=values.get(f"{TTFT}_le_1", 0.0), itl_count=values.get(f"{ITL}_count", 0.0),
         itl_sum=values.get(f"{ITL}_sum", 0.0),
@@ -72,6 +75,7 @@ def window(polls: list[Poll], start: float, end: float) -> dict[str, float | int
     return {
         "seconds": round(b.t - a.t, 2),
         "running_mean": round(statistics.fmean(p.running for p in inside), 1),
+        "waiting_mean": round(statistics.fmean(p.waiting for p in inside), 1),
         "generated_tps": round((b.generated - a.generated) / (b.t - a.t), 1),
         "requests": int(requests),
         "ttft_le_1s": round((b.ttft_le_1s - a.ttft_le_1s) / requests, 4) if requests else None,

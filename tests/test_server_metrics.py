@@ -19,6 +19,8 @@ pytest.importorskip("prometheus_client")
 TEXT = """# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{engine="0",model_name="m"}} {running}
 vllm:num_requests_running{{engine="1",model_name="m"}} {running}
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}
 # TYPE vllm:generation_tokens counter
 vllm:generation_tokens_total{{engine="0",model_name="m"}} {generated}
 # TYPE vllm:time_to_first_token_seconds histogram
@@ -35,9 +37,9 @@ vllm:inter_token_latency_seconds_sum{{engine="0",model_name="m"}} {itl_sum}
 
 
 def poll(t: float, running: int, generated: int, within: int, count: int, ttft_sum: float, tokens: int,
-         itl_sum: float) -> sm.Poll:
-    return sm.parse(TEXT.format(running=running, generated=generated, fast=within // 2, within=within, count=count,
-                                ttft_sum=ttft_sum, tokens=tokens, itl_sum=itl_sum), t)
+         itl_sum: float, waiting: int = 0) -> sm.Poll:
+    return sm.parse(TEXT.format(running=running, waiting=waiting, generated=generated, fast=within // 2,
+                                within=within, count=count, ttft_sum=ttft_sum, tokens=tokens, itl_sum=itl_sum), t)
 
 
 def test_a_level_window_reads_the_servers_load_speed_and_first_tokens():
@@ -52,3 +54,12 @@ def test_a_level_window_reads_the_servers_load_speed_and_first_tokens():
     assert seen["requests"] == 200 and seen["ttft_le_1s"] == 0.5  # 100 of 200 first tokens within 1 s
     assert seen["ttft_mean_ms"] == 900.0 and seen["itl_mean_ms"] == 10.13  # 241 s over 23,800 tokens
     assert sm.window(polls, 10.5, 10.9) == {}  # no two polls inside: nothing to say
+
+
+def test_a_level_window_reads_the_engines_waiting_queue():
+    """A client that counts N in flight while the server runs fewer: the waiting queue says whether
+    the rest waited in the engine (its scheduler) or never reached it (the H100 cross-check of
+    2026-12-07: GuideLLM counted 254 in flight at 256 streams, the server ran 147)."""
+    polls = [poll(10.0, 70, 0, 0, 0, 0.0, 0, 0.0, waiting=4), poll(11.0, 74, 100, 0, 0, 0.0, 0, 0.0, waiting=8)]
+    seen = sm.window(polls, 10.0, 11.0)
+    assert seen["running_mean"] == 144.0 and seen["waiting_mean"] == 6.0
