@@ -540,3 +540,17 @@ def test_an_unresolved_level_at_the_midpoint_sends_the_bisection_below_it_not_ne
     report, asked = search(272, unresolved=frozenset({288}), initial_streams=64, max_streams=512, max_probes=8)
     assert asked == [64, 128, 256, 512, 384, 320, 288, 272]
     assert report.capacity == 272 and report.stop is SearchStop.MAX_PROBES
+
+
+def test_the_search_never_probes_a_level_twice_nor_outside_its_bounds_whatever_the_verdicts():
+    # random capacities and unresolved levels scattered anywhere (the midpoint rule above recurses)
+    import random
+
+    for seed in range(300):
+        rng = random.Random(seed)
+        slo = {"initial_streams": rng.choice([1, 4, 16, 64]), "max_streams": rng.choice([64, 256, 512, 1000]),
+               "max_probes": rng.randint(2, 14)}
+        report, asked = search(rng.randint(1, 600), unresolved=frozenset(rng.sample(range(1, 700), rng.randint(0, 40))),
+                               **slo)
+        assert len(set(asked)) == len(asked) and len(asked) <= slo["max_probes"], (seed, asked)
+        assert all(1 <= n <= slo["max_streams"] for n in asked), (seed, asked)
