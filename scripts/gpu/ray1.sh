@@ -10,7 +10,8 @@
 #   bash scripts/gpu/ray1.sh ray      # install; baseline + 2 candidates through the Ray launcher
 #   bash scripts/gpu/ray1.sh kill9    # a new study of the same candidates, autotune killed with SIGKILL mid-trial, resumed
 #   bash scripts/gpu/ray1.sh process  # the same candidates under the process launcher (time breakdown),
-#                                     # inside an energy counter cross-check (energy-process.json)
+#                                     # inside an energy counter cross-check (energy-process.json); with
+#                                     # either vLLM bundle and no Ray part (the waves of 8 and 32 streams)
 #   bash scripts/gpu/ray1.sh report   # show of every study, as text and JSON
 # After each trial and after the kill -9, teardown.txt says: no raylet, no vLLM worker, and the
 # GPU's memory back to what it was before the study (idle.txt).
@@ -22,9 +23,14 @@ tries=(--try quantization=fp8 --try enforce_eager=true)
 common=(--space "$SPACE" --db "$DB" --logs "$W/logs" --hardware h200 --nodes 1
         --confirm-rounds 0 --noise-relaunches 0 --trials 3 "${tries[@]}")
 gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
-setup() {  # once per machine: vLLM 0.33.0, ray, the idle GPU memory, the NCCL this host has
+setup() {  # once per machine: the carried vLLM, ray where its part was carried, the idle GPU memory, the NCCL
   [[ -f $W/idle.txt ]] && return 0
   t0=$(date +%s); install; echo "install $(( $(date +%s) - t0 )) s" >> "$OUT/install.txt"
+  if ! compgen -G "/tmp/gpu-bundle-ray/part*" > /dev/null && [[ ! -d /tmp/gpu-bundle-ray/raystage ]]; then
+    [[ ${1:-} == no-ray ]] || { echo "no Ray part in /tmp/gpu-bundle-ray: carry it first (the header)" >&2; exit 1; }
+    python3 -c "import vllm; print('vllm', vllm.__version__, '(no Ray: the process launcher only)')" >> "$OUT/install.txt" 2>&1 || exit 1
+    gpu_used > "$W/idle.txt"; return 0
+  fi
   (cd /tmp/gpu-bundle-ray && { [[ -d raystage ]] || cat part* | tar x; }) || exit 1
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-ray \
     /tmp/gpu-bundle-ray/raystage/wheels/ray-*.whl /tmp/gpu-bundle-ray/raystage/wheels/msgpack-*.whl >> "$OUT/install.txt" 2>&1
@@ -81,7 +87,7 @@ kill9)
   teardown_check "after the resumed study"
   save; tail -12 "$OUT/kill.txt"; tail -20 "$OUT/resume.txt"; cat "$OUT/teardown.txt" ;;
 process)
-  setup
+  setup no-ray   # the process launcher needs no Ray: the 7-part vLLM 0.26.0 bundle alone serves (issue 52)
   # inside energy_check.py: the study's GPU joules by NVML's counter and by nvidia-smi's power samples
   checked process bash -c 'timeout "$0" "$@" > "$OUT/process.txt" 2>&1; echo "search exit $?" >> "$OUT/process.txt"' \
     "${PROCESS_TIMEOUT:-480}" $at search "${common[@]}" --study dense-process1 --launcher process
