@@ -26,17 +26,17 @@ gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | 
 setup() {  # once per machine: the carried vLLM, ray where its part was carried, the idle GPU memory, the NCCL
   [[ -f $W/idle.txt ]] && return 0
   t0=$(date +%s); install; echo "install $(( $(date +%s) - t0 )) s" >> "$OUT/install.txt"
-  if ! compgen -G "/tmp/gpu-bundle-ray/part*" > /dev/null && [[ ! -d /tmp/gpu-bundle-ray/raystage ]]; then
+  if compgen -G "/tmp/gpu-bundle-ray/part*" > /dev/null || [[ -d /tmp/gpu-bundle-ray/raystage ]]; then
+    (cd /tmp/gpu-bundle-ray && { [[ -d raystage ]] || cat part* | tar x; }) || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-ray \
+      /tmp/gpu-bundle-ray/raystage/wheels/ray-*.whl /tmp/gpu-bundle-ray/raystage/wheels/msgpack-*.whl >> "$OUT/install.txt" 2>&1
+    python3 -c "import google.protobuf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+      --target /tmp/site-ray /tmp/gpu-bundle-ray/raystage/wheels/protobuf-*.whl >> "$OUT/install.txt" 2>&1
+    python3 -c "import ray, vllm; print('ray', ray.__version__, 'vllm', vllm.__version__)" >> "$OUT/install.txt" 2>&1 || exit 1
+  else
     [[ ${1:-} == no-ray ]] || { echo "no Ray part in /tmp/gpu-bundle-ray: carry it first (the header)" >&2; exit 1; }
     python3 -c "import vllm; print('vllm', vllm.__version__, '(no Ray: the process launcher only)')" >> "$OUT/install.txt" 2>&1 || exit 1
-    gpu_used > "$W/idle.txt"; return 0
   fi
-  (cd /tmp/gpu-bundle-ray && { [[ -d raystage ]] || cat part* | tar x; }) || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-ray \
-    /tmp/gpu-bundle-ray/raystage/wheels/ray-*.whl /tmp/gpu-bundle-ray/raystage/wheels/msgpack-*.whl >> "$OUT/install.txt" 2>&1
-  python3 -c "import google.protobuf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
-    --target /tmp/site-ray /tmp/gpu-bundle-ray/raystage/wheels/protobuf-*.whl >> "$OUT/install.txt" 2>&1
-  python3 -c "import ray, vllm; print('ray', ray.__version__, 'vllm', vllm.__version__)" >> "$OUT/install.txt" 2>&1 || exit 1
   gpu_used > "$W/idle.txt"
   # the NCCL this host would give a multi-node launch, read as the preflight reads it, and torch's own
   python3 -c "from autotune.launchers.nccl import READER; exec(READER)" > "$OUT/nccl.txt" 2>&1
@@ -87,7 +87,7 @@ kill9)
   teardown_check "after the resumed study"
   save; tail -12 "$OUT/kill.txt"; tail -20 "$OUT/resume.txt"; cat "$OUT/teardown.txt" ;;
 process)
-  setup no-ray   # the process launcher needs no Ray: the 7-part vLLM 0.26.0 bundle alone serves (issue 52)
+  setup no-ray   # the process launcher needs no Ray: the 8-part vLLM 0.26.0 bundle alone serves (issue 52)
   # inside energy_check.py: the study's GPU joules by NVML's counter and by nvidia-smi's power samples
   checked process bash -c 'timeout "$0" "$@" > "$OUT/process.txt" 2>&1; echo "search exit $?" >> "$OUT/process.txt"' \
     "${PROCESS_TIMEOUT:-480}" $at search "${common[@]}" --study dense-process1 --launcher process
