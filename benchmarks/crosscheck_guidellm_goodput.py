@@ -95,9 +95,10 @@ def server_line(seen: dict[str, Any]) -> str:
 def client_server_line(client: dict[str, Any], server: dict[str, Any]) -> str:
     """A client's count of requests in flight and mean TTFT beside the server's: the difference is what
     never reached the engine (or reached it late), whether it waited in the client or the HTTP front."""
-    held = server["running_mean"] + server.get("waiting_mean", 0.0)
+    waiting = server.get("waiting_mean", 0.0)  # a window polled before the referee read the queue has none
+    held = server["running_mean"] + waiting
     return (f"client: {client['in_flight_mean']} in flight, mean TTFT {client['ttft_mean_ms']} ms; "
-            f"server: {server['running_mean']} running + {server.get('waiting_mean', 0.0)} waiting, "
+            f"server: {server['running_mean']} running + {waiting} waiting, "
             f"mean TTFT from arrival {server['ttft_mean_ms']} ms: {client['in_flight_mean'] - held:.1f} requests and "
             f"{client['ttft_mean_ms'] - server['ttft_mean_ms']:.1f} ms a request outside the engine")
 
