@@ -335,7 +335,8 @@ def block_anova() -> str:
         r = anova(gt_facts(name)["table"])
         mains = ", ".join(f"{t.term} (p {t.p:.2g})" for t in r.terms if ":" not in t.term and t.p < ANOVA_ALPHA)
         pairs = ", ".join(f"{t.term} (p {t.p:.2g})" for t in r.terms if ":" in t.term and t.p < ANOVA_ALPHA)
-        lines.append(f"| {title} | {mains or 'none'} | {pairs or 'none'} | pure error, df {r.pure_error_df} "
+        untested = f"; aliased, untested: {', '.join(r.aliased)}" if r.aliased else ""
+        lines.append(f"| {title} | {mains or 'none'} | {pairs or 'none'} | pure error, df {r.pure_error_df}{untested} "
                      f"| {r.tied} | {r.optimum} ({r.optimum_changes} knob{'s' if r.optimum_changes != 1 else ''}) |")
     return "\n".join(lines)
 

@@ -3,7 +3,8 @@
     python benchmarks/table_anova.py benchmarks/data/TABLE.json [--json REPORT.json]
 
 log(objective) = machine + every knob + every pair of knobs over the table's ok launches
-(statsmodels, type II sums of squares), each term's F against the launch noise; the verdict asks for
+(statsmodels; type II sums of squares as nested-model comparisons, so a design where some value pairs
+never ran judges each term by the columns it adds), each term's F against the launch noise; the verdict asks for
 at least two knobs acting and one interaction at p < 0.01, and names the candidate nearest the
 baseline among those the noise cannot tell from the best (one knob off: one decision finds it).
 The table is what benchmarks/ground_truth.py exports; its machines are split as `ground_truth.py
@@ -13,6 +14,7 @@ machines` splits them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -42,6 +44,8 @@ class AnovaReport(BaseModel):
     """Main effects and two-knob interactions of log(objective), each tested against the launch noise."""
 
     terms: list[AnovaTerm]
+    #: knob pairs the design cannot tell from the terms below them (some value pairs never ran): not tested
+    aliased: list[str] = []
     pure_error_df: int  # launches less cells (and machines): the repeats' own spread; 0 = none repeated
     error: str  # what each F was judged against
     wanted: bool  # at least two knobs with a main effect and one interaction, at ANOVA_ALPHA
@@ -54,8 +58,10 @@ class AnovaReport(BaseModel):
 
 
 def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
-    """log(objective) ~ machine + every knob + every pair of knobs (statsmodels, type II sums of
-    squares), each term's F against the pure error: the spread of a candidate's launches on one
+    """log(objective) ~ machine + every knob + every pair of knobs (statsmodels), each term's type II
+    sum of squares as what it adds to the terms that do not contain it (two nested fits: where some
+    value pairs never ran, a term the others already span adds nothing and is listed as aliased,
+    untested), each term's F against the pure error: the spread of a candidate's launches on one
     machine (a cell model's residual). Where no candidate was launched twice, against the model's
     own residual (the higher interactions and the noise together), and the report says so. Knobs the
     ok launches hold at one value only drop out; a launch whose objective is 0 or missing is not ok."""
@@ -75,14 +81,18 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     column = {name: f"k{i}" for i, name in enumerate(names)}
     frame = pd.DataFrame([{"y": math.log(value), "machine": str(machine_of[at]), "cell": key,
                            **{column[n]: str(params_of[key].get(n)) for n in names}} for at, key, value in ok])
-    machines = "C(machine) + " if frame["machine"].nunique() > 1 else ""
-    knobs = " + ".join(f"C({column[n]})" for n in names)
-    with warnings.catch_warnings(record=True) as caught:  # a rank-deficient design is said in the report
-        warnings.simplefilter("always")
-        two_way = smf.ols(f"y ~ {machines}({knobs})**2", data=frame).fit()
-    deficient = any("rank-deficient" in str(w.message) for w in caught)
-    cells = smf.ols(f"y ~ {machines}C(cell)", data=frame).fit()
-    table_ss = anova_lm(two_way, typ=2)
+    machines = ["C(machine)"] if frame["machine"].nunique() > 1 else []
+    mains = [f"C({column[n]})" for n in names]
+    model_terms = mains + [f"{a}:{b}" for a, b in itertools.combinations(mains, 2)]
+
+    def fit(formula_terms: list[str]):
+        with warnings.catch_warnings():  # a rank-deficient design is said in the report
+            warnings.simplefilter("ignore")
+            return smf.ols("y ~ " + (" + ".join(machines + formula_terms) or "1"), data=frame).fit()
+
+    two_way = fit(model_terms)
+    deficient = two_way.df_model + 1 < len(two_way.params)
+    cells = smf.ols("y ~ " + " + ".join([*machines, "C(cell)"]), data=frame).fit()
     pure_df = int(round(cells.df_resid))
     if pure_df > 0:
         error_ms, error_df = cells.ssr / cells.df_resid, pure_df
@@ -93,14 +103,19 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     if deficient:
         error += "; the design is rank-deficient (some pairs of knob values never ran together)"
     back = {f"C({c})": n for n, c in column.items()}
-    terms = []
-    for row, values in table_ss.iterrows():
-        parts = str(row).split(":")
-        if row == "Residual" or not all(part in back for part in parts):
+    terms, aliased = [], []
+    for term in model_terms:
+        # type II by nested models: the term added to every term that does not contain it
+        parts = set(term.split(":"))
+        others = [t for t in model_terms if t != term and not parts < set(t.split(":"))]
+        comparison = anova_lm(fit(others), fit(others + [term])).iloc[1]
+        name = ":".join(back[part] for part in term.split(":"))
+        df = int(round(comparison["df_diff"]))
+        if df == 0:  # the term adds no column the others lack
+            aliased.append(name)
             continue
-        df = int(round(values["df"]))
-        f_value = (values["sum_sq"] / df) / error_ms if df and error_ms > 0 else float("nan")
-        terms.append(AnovaTerm(term=":".join(back[part] for part in parts), df=df, f=float(f_value),
+        f_value = (comparison["ss_diff"] / df) / error_ms if error_ms > 0 else float("nan")
+        terms.append(AnovaTerm(term=name, df=df, f=float(f_value),
                                p=float(fisher.sf(f_value, df, error_df)) if error_df > 0 else float("nan")))
     mains = [t.term for t in terms if ":" not in t.term and t.p < ANOVA_ALPHA]
     pairs = [t.term for t in terms if ":" in t.term and t.p < ANOVA_ALPHA]
@@ -125,7 +140,7 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
                   "interaction): change it before replaying")
                + f"; {len(tied)} candidate{'s' if len(tied) != 1 else ''} within the noise of the best, the "
                f"nearest to the baseline changes {len(changed)} knob{'s' if len(changed) != 1 else ''} ({optimum})")
-    return AnovaReport(terms=terms, pure_error_df=pure_df, error=error, wanted=wanted, optimum=optimum,
+    return AnovaReport(terms=terms, aliased=aliased, pure_error_df=pure_df, error=error, wanted=wanted, optimum=optimum,
                        optimum_changes=len(changed), tied=len(tied), verdict=verdict)
 
 
