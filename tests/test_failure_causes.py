@@ -146,6 +146,8 @@ KINDS = {
     "missing_dependency__vllm_flashinfer_jit_sources.log": ("missing_dependency", [], FailureCause.ENVIRONMENT),
     # an FP8 block-scaled weight kernel Triton cannot compile here: quantization, not the KV cache
     "quantization_arch_gated__vllm_fp8_block_triton.log": ("quantization_arch_gated", ["quantization"], FailureCause.KNOB),
+    # another process holds the GPU's memory at start (an orphaned EngineCore; on a Spark, the page cache)
+    "gpu_memory_in_use__vllm_orphan_engine_core.log": ("gpu_memory_in_use", [], FailureCause.ENVIRONMENT),
 }
 
 
@@ -175,6 +177,10 @@ OTHER_WORDINGS = {
         "missing_dependency",
     "<site>/flashinfer/data/csrc/norm.cu:17:10: fatal error: flashinfer/norm.cuh: No such file or directory":
         "missing_dependency",
+    # vLLM before it named the device, as DGX Spark owners quote it (unified memory: the page cache counts as used)
+    "ValueError: Free memory on device (61.05/119.7 GiB) on startup is less than desired GPU memory utilization "
+    "(0.52, 62.24 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.":
+        "gpu_memory_in_use",
 }
 
 
@@ -250,7 +256,8 @@ def _ctx(tmp_path: Path):
 
 
 @pytest.mark.parametrize("name", ["nccl_timeout__vllm_ray_watchdog.log", "nccl_error__vllm_internal_error_comm_init.log",
-                                  "missing_dependency__vllm_deepgemm.log"])
+                                  "missing_dependency__vllm_deepgemm.log",
+                                  "gpu_memory_in_use__vllm_orphan_engine_core.log"])
 def test_an_environment_failure_teaches_no_knob_value_and_starts_no_isolation(tmp_path: Path, name: str) -> None:
     from autotune.failures.learning import isolations, learn_from_failure
     from autotune.store import Store

@@ -268,6 +268,18 @@ SIGNATURES: tuple[Signature, ...] = (
         cause=ENVIRONMENT,
     ),
     Signature(
+        # vLLM checks at start that the share of the GPU it is asked for is free; a launch of another
+        # candidate would find the same memory held, so the study stops and resumes once it is free
+        "gpu_memory_in_use",
+        _rx(r"(?:ValueError: )?Free memory on device\b.*\bon startup is less than desired GPU memory utilization.*"),
+        "the GPU memory vLLM is asked for is free at start",
+        "another process holds GPU memory: stop it (nvidia-smi lists it; a VLLM::EngineCore left by an earlier "
+        "launch is the usual one); on a DGX Spark the page cache counts as used (sync; echo 3 > "
+        "/proc/sys/vm/drop_caches); or lower gpu_memory_utilization",
+        engines=VLLM,
+        cause=ENVIRONMENT,
+    ),
+    Signature(
         "triton_too_old",
         _rx(r"ptxas fatal\s*: Value 'sm_\d+a?' is not defined for option 'gpu-name'"),
         "Triton's ptxas knows this GPU",
