@@ -59,7 +59,7 @@ def open_server(
 
 
 def stop_all() -> None:
-    """Stop every launch still up, of every launcher (Ctrl-C, SIGTERM, atexit)."""
+    """Stop every launch still up, of every launcher (the CLI calls this on Ctrl-C, SIGTERM and errors)."""
     for name in LAUNCHERS:
         launcher_class(name).stop_all()
 

@@ -101,7 +101,7 @@ class Launched:
 
     @classmethod
     def stop_all(cls) -> None:
-        """Stop every launch of this launcher still up (signal handlers and atexit call this)."""
+        """Stop every launch of this launcher still up (the CLI calls this on Ctrl-C, SIGTERM and errors)."""
         raise NotImplementedError
 
     #: what the cluster file it cannot launch without must describe (None: it needs none)

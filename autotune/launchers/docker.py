@@ -291,7 +291,7 @@ def cleanup(
 
 
 def stop_all() -> None:
-    """Remove the containers of every DockerServer still up (signal handlers and atexit call this)."""
+    """Remove the containers of every DockerServer still up (the CLI calls this on Ctrl-C, SIGTERM and errors)."""
     for server in list(_LIVE):
         server.stop(raise_errors=False)
 
@@ -476,7 +476,7 @@ class DockerServer(Launched):
             client.close()
         self._clients, self._exec_client = {}, None
         if reaper is not None:  # containers it could not remove are the reaper's to retry
-            release(reaper, removed_all=not errors)
+            release(reaper, done=not errors)
         _LIVE.discard(self)
         if containers:  # a second stop (the launch's own, after another thread's) found nothing
             self.cleanup_errors = errors

@@ -7,7 +7,8 @@ not reach it) and writes one line on its stdin, the cluster and the launch id; a
 holds the other end of that pipe. When the pipe closes, the reaper reads what came last: `done`
 (autotune removed the containers itself) ends it; anything else, EOF included, means autotune
 died or could not remove them, and the reaper removes every container labelled with the launch
-id on every node's daemon, retrying a daemon that does not answer for a while.
+id on every node's daemon, retrying a daemon that does not answer for a while. The pipe's protocol
+(`DONE`, `release`) is the one local engine groups' reaper keeps (autotune/launchers/reap_group.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.launchers.reap_group import DONE, release
 from autotune.models import Cluster
 
-DONE = "done"
+__all__ = ["DONE", "ReaperOrder", "reap", "release", "start_reaper"]
+
 RETRY_FOR_S = 60.0
 
 
@@ -56,19 +59,6 @@ def start_reaper(cluster: Cluster, launch_id: str, log_path: Path) -> subprocess
     proc.stdin.write(order.model_dump_json().encode() + b"\n")
     proc.stdin.flush()
     return proc
-
-
-def release(proc: subprocess.Popen[bytes], removed_all: bool) -> None:
-    """autotune's side at stop: `done` when every container is gone, then close the pipe."""
-    pipe: IO[bytes] | None = proc.stdin
-    if pipe is None or pipe.closed:
-        return
-    try:
-        if removed_all:
-            pipe.write(f"{DONE}\n".encode())
-        pipe.close()
-    except OSError:  # the reaper is gone already: nothing to tell it
-        pass
 
 
 def reap(stream: TextIO, remove: Callable[[ReaperOrder], list[str]], retry_for_s: float = RETRY_FOR_S,

@@ -2,7 +2,9 @@
 
 `ServerProcess` is a context manager. Entering starts the process and waits for the health
 endpoint; it fails at once when the process dies, and after `startup_timeout_s` when it hangs.
-If autotune itself is killed, the kernel kills the server too (PR_SET_PDEATHSIG on Linux).
+If autotune itself is killed, the kernel kills the server too (PR_SET_PDEATHSIG on Linux), and the
+group's reaper (autotune/launchers/reap_group.py) kills the rest of its group: vLLM's EngineCore, a
+child of the server that does not die with it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import IO
 
 from autotune.launchers import preflight as checks
 from autotune.launchers.base import Launched, LaunchOptions, LocalLaunched, command_line, wait_for_health
+from autotune.launchers.reap_group import dismiss, group_alive, start_reaper
 from autotune.launchers.watchdog import Watchdog
 from autotune.models import Cluster, LaunchSpec
 
@@ -36,7 +39,7 @@ def _die_with_parent() -> None:
 
 
 def stop_all() -> None:
-    """Kill every engine process group still alive (signal handlers and atexit call this)."""
+    """Kill every engine process group still alive (the CLI calls this on Ctrl-C, SIGTERM and errors)."""
     for server in list(_LIVE):
         server.stop()
 
@@ -74,6 +77,7 @@ class ServerProcess(LocalLaunched):
 
     multi_node = False
     proc: subprocess.Popen[bytes] | None = None
+    reaper: subprocess.Popen[bytes] | None = None
     watchdog: Watchdog | None = None
     _log: IO[bytes] | None = None
 
@@ -111,6 +115,7 @@ class ServerProcess(LocalLaunched):
             preexec_fn=_die_with_parent,
         )
         _LIVE.add(self)
+        self.reaper = start_reaper(self.proc.pid)
         self.watchdog = Watchdog(self.proc.pid, self.limits)
         self.watchdog.start()
 
@@ -155,22 +160,17 @@ class ServerProcess(LocalLaunched):
                     proc.wait(timeout=wait_s)
                 except subprocess.TimeoutExpired:
                     continue
-                if not _group_alive(proc.pid):
+                if not group_alive(proc.pid):
                     break
             else:
                 _kill_group(proc.pid)
+        reaper, self.reaper = self.reaper, None
+        if reaper is not None and proc is not None:
+            dismiss(reaper, proc.pid)
         _LIVE.discard(self)
         if self._log:
             self._log.close()
             self._log = None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def _kill_group(pgid: int) -> None:

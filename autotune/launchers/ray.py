@@ -40,6 +40,7 @@ from autotune.launchers.base import (
     wait_for_health,
 )
 from autotune.launchers.process import ServerProcess, _die_with_parent, tail
+from autotune.launchers.reap_group import dismiss, start_reaper
 from autotune.launchers.watchdog import Watchdog, WatchdogLimits
 from autotune.models import Cluster, LaunchSpec, NcclReading, NodeLaunch
 
@@ -166,6 +167,7 @@ class NodeProcess:
         self.log_path = log_path
         self.limits = limits
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reaper: subprocess.Popen[bytes] | None = None  # kills the group if autotune goes first
         self.watchdog: Watchdog | None = None
         self.pids_seen: set[int] = set()
         self._log: IO[bytes] | None = None
@@ -188,6 +190,7 @@ class NodeProcess:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        self.reaper = start_reaper(self.proc.pid)
         if self.limits is not None:
             self.watchdog = Watchdog(self.proc.pid, self.limits)
             self.watchdog.start()
@@ -230,6 +233,9 @@ class NodeProcess:
             deadline = time.monotonic() + 5.0  # SIGKILLed processes take a moment to go
             while any(pid_alive(p) for p in self.pids_seen) and time.monotonic() < deadline:
                 time.sleep(0.05)
+        reaper, self.reaper = self.reaper, None
+        if reaper is not None and proc is not None:
+            dismiss(reaper, proc.pid)
         if self._log:
             self._log.close()
             self._log = None
@@ -244,7 +250,7 @@ class NodeProcess:
 
 
 def stop_all() -> None:
-    """Stop every Ray cluster still up (signal handlers and atexit call this)."""
+    """Stop every Ray cluster still up (the CLI calls this on Ctrl-C, SIGTERM and errors)."""
     for cluster in list(_LIVE):
         cluster.stop()
 
