@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.launchers.ray import pid_alive
+
 
 def engine_pids(alias: str) -> list[int]:
     """llama.cpp server processes serving this test's model alias (read from /proc)."""
@@ -17,3 +19,16 @@ def engine_pids(alias: str) -> list[int]:
             if "llama_cpp.server" in cmd and alias in cmd:
                 pids.append(int(entry.name))
     return pids
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (zombies left out) whose command line holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes() and pid_alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found

@@ -15,17 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes.vllm_site import small_model_dir, write_fake_vllm
+from fakes.vllm_site import FAKE_GEMMA_SPACE, small_model_dir, write_fake_vllm
+from procs import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SPACE = """
-name: fake-vllm-reaper
-engine: vllm
-model: {{name: gemma-3-270m, path: {model}, prompt_style: completion, head_dim: 256, n_kv_heads: 1, n_layers: 18,
-        params_total_b: 0.27, weight_bits: 16, context_max: 4096}}
-fixed: {{max_model_len: 4096}}
-knobs:
+SPACE = "name: fake-vllm-reaper\n" + FAKE_GEMMA_SPACE + """knobs:
   - {{name: max_num_seqs, values: [8, 16], default: 8}}
 workload:
   decode_max_tokens: 2000
@@ -38,17 +33,8 @@ gates: {{needle: null, qeval: null}}
 
 
 def engine_cores(model: Path) -> list[int]:
-    """The stand-in EngineCore processes serving `model` (read from /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"VLLM::EngineCore" in argv and str(model).encode() in argv:
-                pids.append(int(entry.name))
-    return pids
+    """The stand-in EngineCore processes serving `model`."""
+    return processes_mentioning(f"VLLM::EngineCore {model}")
 
 
 def gone_within(model: Path, seconds: float) -> bool:

@@ -34,6 +34,7 @@ from autotune.launchers.ray import (
     pid_alive,
 )
 from autotune.models import Candidate, LaunchSpec, ModelSpec
+from procs import processes_mentioning
 
 MODEL = ModelSpec(name="gemma", path="/models/gemma")
 HCAS = ["rocep1s0f1", "roceP2p1s0f1"]
@@ -239,18 +240,6 @@ def local_launch(cluster: Cluster, server_argv: list[str], port: int) -> LaunchS
     rendered = VllmEngine(python=sys.executable).render_cluster(Candidate(engine="vllm", params={}), MODEL, port, cluster)
     nodes = [n if n.role != "server" else n.model_copy(update={"argv": server_argv}) for n in rendered.nodes]
     return rendered.model_copy(update={"nodes": nodes, "ready": None})  # the stand-in serves no completions
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes() and pid_alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 @needs_ray

@@ -18,7 +18,7 @@ from fakes.vllm_site import FAKE_GEMMA_SPACE, small_model_dir, use_fake_vllm
 from autotune.cli import main
 from autotune.launchers.cluster import host_ip
 from autotune.store import Store
-from test_launcher_ray import processes_mentioning
+from procs import processes_mentioning
 from stand_in import tiny_llamacpp_space
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")

@@ -334,7 +334,7 @@ class Server(ThreadingHTTPServer):
 # as vLLM's API server: the engine core is a child process in the server's process group, which
 # does not die with its parent (a SIGKILL of the server orphans it, holding the GPU)
 import subprocess
-CORE = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)", "VLLM::EngineCore", args.model])
+CORE = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)", f"VLLM::EngineCore {{args.model}}"])
 Server((args.host or "", args.port), H).serve_forever()  # no --host: every interface, as vLLM
 '''
 
