@@ -49,7 +49,7 @@ from autotune.hardware.profiles import resolve_hardware
 from autotune.models import Candidate, HardwareProfile, HostFingerprint, Measurement, SearchSpace, TrialResult, utc_now
 from autotune.space.candidates import baseline, enumerate_candidates, load_space
 from autotune.space.fingerprint import changes, fingerprint
-from autotune.store import Store
+from autotune.store import RERUN_STATUSES, Store
 from autotune.study.tuner import restore_trials
 
 #: knobs whose values change the engine's arithmetic (hence greedy output) on llama.cpp
@@ -157,7 +157,8 @@ def measure(args: argparse.Namespace) -> None:
             upto = {c.key() for c in grid[:max(0, min(k - lag, len(grid)))]}
             assert plan.store is not None
             trials = plan.store.trials(plan.study)
-            done = {t.candidate.key() for t in trials}
+            # a launch cut (crashed, interrupted) or stopped by the environment is run again: not done
+            done = {t.candidate.key() for t in trials if t.status not in RERUN_STATUSES}
             missing = [c for c in queue if c.key() in upto and c.key() not in done]
             if not missing:
                 continue
@@ -174,6 +175,9 @@ def measure(args: argparse.Namespace) -> None:
             status = f"{last.status} {last.objective or last.reason or ''}" if last else "-"
             print(f"{utc_now()} {plan.study} k={k} load={os.getloadavg()[0]:.2f} "
                   f"{time.monotonic() - t0:.0f}s last: {status}", flush=True)
+            if outcome.environment is not None:  # every later launch would meet it too (a held GPU, a package)
+                print(f"stopped: {outcome.environment.describe()}", flush=True)
+                raise SystemExit(3)
 
 
 def _launch_record(t: TrialResult) -> dict:

@@ -120,6 +120,29 @@ def test_ground_truth_measure_stops_at_its_time_budget_and_resumes(gt, fake, tmp
     assert [t.status for t in Store(db).trials("fake-dummy-launch1")] == ["ok", "ok"]
 
 
+def test_ground_truth_measure_stops_when_the_gpu_is_held(gt, fake, tmp_path, monkeypatch, capsys):
+    """On the tenth session's H100 an EngineCore left by the sitting before held 73 GiB: each launch
+    failed at start with vLLM's "Free memory on device ... less than desired GPU memory utilization",
+    the table went on to the next candidate, and the failures were learned as knob values. Now the
+    first such launch stops the sitting with vLLM's line and the fix, non-zero, nothing learned, the
+    launch kept to run again."""
+    db = tmp_path / "gt.db"
+    argv = ["measure", "--space", str(fake()), "--db", str(db), "--logs", str(tmp_path / "logs"), "--launches", "1",
+            "--no-accuracy", "--hardware", "h200"]
+    monkeypatch.setenv("FAKE_VLLM_FREE_GIB", "5.78")
+    with pytest.raises(SystemExit) as stop:
+        gt.main(argv)
+    assert stop.value.code == 3
+    out = capsys.readouterr().out
+    assert "stopped: trial 0 failed for a cause in the environment, not a knob (gpu_memory_in_use)" in out and "Free memory on device cuda:0 (5.78/" in out and "nvidia-smi" in out
+    store = Store(db)
+    assert [t.status for t in store.trials("fake-dummy-launch1")] == ["environment"]
+    assert list(store.db["failures"].rows) == []
+    monkeypatch.delenv("FAKE_VLLM_FREE_GIB")
+    gt.main(argv)  # the GPU freed: the same command goes on, the held launch run again
+    assert [t.status for t in store.trials("fake-dummy-launch1")][-2:] == ["ok", "ok"]
+
+
 def test_ground_truth_gates_every_candidate_it_measures(gt, fake, tmp_path):
     """The table needs every accuracy trial's needle and qeval, so the ground truth must not skip
     the gates of candidates slower than the incumbent, as a study does (vLLM's default)."""

@@ -139,6 +139,12 @@ cudagraphs = "<CUDAGraphMode.NONE: 0>" if args.enforce_eager else "<CUDAGraphMod
 print(f"INFO [{{PREFIX['init']}}] Initializing a V1 LLM engine (v{version}) with config: model={{args.model!r}}, "
       f"kv_cache_dtype={{args.kv_cache_dtype}}, enforce_eager={{args.enforce_eager}}, compilation_config={{{{'mode': {{mode}}, "
       f"'cudagraph_mode': {{cudagraphs}}, 'cudagraph_capture_sizes': {{sizes}}}}}}", flush=True)
+if os.environ.get("FAKE_VLLM_FREE_GIB"):  # another process holds the GPU: vLLM's check at start
+    free = float(os.environ["FAKE_VLLM_FREE_GIB"])
+    print(f"ValueError: Free memory on device cuda:0 ({{free:.2f}}/79.18 GiB) on startup is less than desired GPU "
+          f"memory utilization (0.9, 71.26 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+          "processes.", flush=True)
+    sys.exit(1)
 if args.kv_cache_dtype == "nvfp4":
     print("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=256, "
           "dtype=torch.bfloat16, kv_cache_dtype=nvfp4, block_size=None). Reasons: {{FLASH_ATTN: [kv_cache_dtype not supported]}}.",
