@@ -13,6 +13,7 @@ import time
 
 import httpx
 from fakes.vllm_site import small_model_dir, write_fake_vllm
+from procs import processes_mentioning
 
 from autotune.launchers.base import free_port
 
@@ -42,8 +43,9 @@ def wave(url: str, streams: int) -> list[str]:
 def test_a_64_stream_wave_is_served_whole(tmp_path):
     site = write_fake_vllm(tmp_path / "site", "0.33.0")
     port = free_port()
+    model = small_model_dir(tmp_path)
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(small_model_dir(tmp_path)),
+        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
          "--host", "127.0.0.1", "--port", str(port)],
         env={**os.environ, "PYTHONPATH": str(site)}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
@@ -63,3 +65,8 @@ def test_a_64_stream_wave_is_served_whole(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+    # as vLLM's API server, a SIGTERM stops its EngineCore too (only a SIGKILL orphans it)
+    deadline = time.monotonic() + 10
+    while processes_mentioning(f"VLLM::EngineCore {model}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(f"VLLM::EngineCore {model}") == []

@@ -337,10 +337,12 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
-# as vLLM's API server: the engine core is a child process in the server's process group, which
-# does not die with its parent (a SIGKILL of the server orphans it, holding the GPU)
-import subprocess
+# as vLLM's API server: the engine core is a child process in the server's process group, stopped
+# when the server exits or is sent SIGTERM, but not dying with it: a SIGKILL of the server orphans it
+import atexit, signal, subprocess
 CORE = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)", f"VLLM::EngineCore {{args.model}}"])
+atexit.register(CORE.terminate)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 Server((args.host or "", args.port), H).serve_forever()  # no --host: every interface, as vLLM
 '''
 
