@@ -14,6 +14,7 @@ machines` splits them.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -82,17 +83,18 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     frame = pd.DataFrame([{"y": math.log(value), "machine": str(machine_of[at]), "cell": key,
                            **{column[n]: str(params_of[key].get(n)) for n in names}} for at, key, value in ok])
     machines = ["C(machine)"] if frame["machine"].nunique() > 1 else []
-    mains = [f"C({column[n]})" for n in names]
-    model_terms = mains + [f"{a}:{b}" for a, b in itertools.combinations(mains, 2)]
+    knob_terms = [f"C({column[n]})" for n in names]
+    model_terms = knob_terms + [f"{a}:{b}" for a, b in itertools.combinations(knob_terms, 2)]
 
-    def fit(formula_terms: list[str]):
+    @functools.cache  # every pair's fit with it is the whole model: fitted once
+    def fit(formula_terms: frozenset[str]):
         with warnings.catch_warnings():  # a rank-deficient design is said in the report
             warnings.simplefilter("ignore")
-            return smf.ols("y ~ " + (" + ".join(machines + formula_terms) or "1"), data=frame).fit()
+            return smf.ols("y ~ " + (" + ".join(machines + sorted(formula_terms)) or "1"), data=frame).fit()
 
-    two_way = fit(model_terms)
+    two_way = fit(frozenset(model_terms))
     deficient = two_way.df_model + 1 < len(two_way.params)
-    cells = smf.ols("y ~ " + " + ".join([*machines, "C(cell)"]), data=frame).fit()
+    cells = fit(frozenset(["C(cell)"]))
     pure_df = int(round(cells.df_resid))
     if pure_df > 0:
         error_ms, error_df = cells.ssr / cells.df_resid, pure_df
@@ -107,8 +109,8 @@ def anova(table: dict, gap_min: float = SITTING_GAP_MIN) -> AnovaReport:
     for term in model_terms:
         # type II by nested models: the term added to every term that does not contain it
         parts = set(term.split(":"))
-        others = [t for t in model_terms if t != term and not parts < set(t.split(":"))]
-        comparison = anova_lm(fit(others), fit(others + [term])).iloc[1]
+        others = frozenset(t for t in model_terms if t != term and not parts < set(t.split(":")))
+        comparison = anova_lm(fit(others), fit(others | {term})).iloc[1]
         name = ":".join(back[part] for part in term.split(":"))
         df = int(round(comparison["df_diff"]))
         if df == 0:  # the term adds no column the others lack
