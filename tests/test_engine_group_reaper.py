@@ -85,15 +85,15 @@ def test_sigterm_of_autotune_takes_the_engine_core_with_it(started):
     assert gone_within(model, 20), "the EngineCore outlived a SIGTERM of autotune"
 
 
-def _group(tmp_path: Path) -> subprocess.Popen:
+def _group() -> subprocess.Popen:
     """A process group of two sleeps (a leader and its child), as an engine and its EngineCore."""
     return subprocess.Popen(["sh", "-c", "sleep 600 & exec sleep 600"], start_new_session=True)
 
 
-def test_a_group_stopped_by_autotune_dismisses_its_reaper_which_touches_nothing(tmp_path):
+def test_a_group_stopped_by_autotune_dismisses_its_reaper_which_touches_nothing():
     from autotune.launchers.reap_group import dismiss, group_alive, start_reaper
 
-    group = _group(tmp_path)
+    group = _group()
     reaper = start_reaper(group.pid)
     os.killpg(group.pid, signal.SIGKILL)
     group.wait()
@@ -104,10 +104,10 @@ def test_a_group_stopped_by_autotune_dismisses_its_reaper_which_touches_nothing(
     assert reaper.returncode == 0  # it read `done` and ended
 
 
-def test_a_reaper_whose_pipe_closes_without_done_stops_the_whole_group(tmp_path):
+def test_a_reaper_whose_pipe_closes_without_done_stops_the_whole_group():
     from autotune.launchers.reap_group import group_alive, start_reaper
 
-    group = _group(tmp_path)
+    group = _group()
     reaper = start_reaper(group.pid)
     assert group_alive(group.pid)
     reaper.stdin.close()  # what the kernel does when autotune dies

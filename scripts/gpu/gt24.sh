@@ -10,7 +10,7 @@
 #                                      # launches, cut GT_GRACE s (300) after; then it follows the job as `wait` does
 #   bash scripts/gpu/gt24.sh wait      # follow the job for GT_WAIT s (560) or until it ends; call again at once
 #                                      # (a machine left idle 30 s goes back, and the job with it)
-# Each call brings back runs.db (a consistent copy while the job writes it), gt24.txt and show.txt.
+# Each call brings back runs.db (a consistent copy while the job writes it), gt24.txt, logs.tgz and show.txt.
 # Afterwards: copy the returned runs.db to .gt-h100/runs.db, then here (no GPU needed)
 #   python benchmarks/ground_truth.py export --db .gt-h100/runs.db --out benchmarks/data/gt-vllm-llama8b-capacity-h100.json \
 #     --space-file benchmarks/spaces/vllm-llama3.1-8b-gt24.yaml --command "bash scripts/gpu/gt24.sh start"
@@ -47,10 +47,10 @@ measure_cmd() {  # $1: minutes of launches
   echo python3 benchmarks/ground_truth.py measure --space $SPACE --db "$GTDB" --logs "$W/logs" \
     --launches 2 --repeat-every 3 --repeat-lag 6 --no-accuracy --hardware h100 --time-budget "$1"
 }
-bring_back() {  # runs.db as it is now (sqlite's backup: consistent while the job writes), the job's output, show
-  python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$GTDB" "$OUT/runs.db"
+bring_back() {  # the job's output, and save's runs.db, logs and show from a snapshot (sqlite's backup: consistent while the job writes)
+  python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$GTDB" "$W/snapshot.db"
   cp "$LOG" "$OUT/gt24.txt" 2>/dev/null
-  COLUMNS=220 $at show --db "$OUT/runs.db" > "$OUT/show.txt" 2>&1
+  DB=$W/snapshot.db save
 }
 follow() {  # until the job ends or GT_WAIT s pass
   local t0=$SECONDS pid
