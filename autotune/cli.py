@@ -236,6 +236,9 @@ def search(
         rows, first = setup.dry_run_rows(plan)
         plan_text.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
+    held = terminal.holders_note(setup.others_on_gpus(plan, cluster))
+    if held is not None:
+        errors.print(f"note: {held}", markup=False, highlight=False, soft_wrap=True)
     if plan.ctx.nccl:
         from autotune.launchers.nccl import summary
 

@@ -6,15 +6,13 @@ says accuracy does not apply. The fake computes nothing: its numbers mean nothin
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 import yaml
-from fakes.vllm_site import write_fake_vllm
+from fakes.vllm_site import use_fake_vllm
 
 from autotune.cli import main
-from autotune.engines import vllm as vllm_engine
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +43,8 @@ gates: {{needle: null, qeval: null}}
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    site = write_fake_vllm(tmp_path / "fake_site")
-    monkeypatch.setenv("PYTHONPATH", str(site))
+    use_fake_vllm(tmp_path, monkeypatch)
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(vllm_engine, "_flags_cache", {})
 
     def space(fixed: bool = True) -> Path:
         path = tmp_path / f"space-{fixed}.yaml"

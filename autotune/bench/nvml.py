@@ -39,6 +39,12 @@ def clock_events(mask: int) -> list[ClockEvent]:
     return [event for bit, event in CLOCK_EVENT_BITS.items() if mask & bit]
 
 
+def _bytes(value: Any) -> int | None:
+    """A byte count as NVML gives it: None for no value, and for NVML_VALUE_NOT_AVAILABLE (the
+    unsigned -1 a driver reports where it keeps no per-process figure)."""
+    return None if value is None or value >= 2**63 else int(value)
+
+
 def _module() -> ModuleType:
     try:
         return importlib.import_module("pynvml")
@@ -142,6 +148,16 @@ class Nvml:
         read leaves the idle reason alone to decide."""
         idle = self.idle(gpu)
         return idle if not idle else not self.state(gpu).at_full_clock
+
+    def compute_processes(self, gpu: int) -> list[tuple[int, int | None]]:
+        """(pid, bytes of the GPU's memory it uses) for each process with a compute context on the
+        GPU; the bytes are None where NVML gives no figure (a unified-memory GPU, a container)."""
+        listed = self._read("nvmlDeviceGetComputeRunningProcesses", self.handles[gpu]) or []
+        return [(int(p.pid), _bytes(getattr(p, "usedGpuMemory", None))) for p in listed]
+
+    def memory_total_b(self, gpu: int) -> int | None:
+        info = self._read("nvmlDeviceGetMemoryInfo", self.handles[gpu])
+        return _bytes(getattr(info, "total", None))
 
     def state(self, gpu: int) -> GpuState:
         handle = self.handles[gpu]

@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from autotune.bench.energy import check_energy_readable
+from autotune.bench.occupancy import gpu_holders
 from autotune.engines import Engine, get_engine
 from autotune.engines.base import Knobs
 from autotune.errors import ConfigError, ModelNotFound
@@ -41,6 +42,7 @@ from autotune.models import (
     Cluster,
     DeviceIdentity,
     GatePolicy,
+    GpuHolder,
     HardwareProfile,
     HostFingerprint,
     ModelSpec,
@@ -311,6 +313,15 @@ def prepare(
         first=first,
         choices=here.choices,
     )
+
+
+def others_on_gpus(plan: PreparedStudy, cluster_file: Path | None) -> list[GpuHolder]:
+    """The processes that hold the GPUs of this host a study's engine will use, read just before its
+    first launch (autotune/bench/occupancy.py); none for an engine that needs no GPU, or boxes of a
+    cluster file (their GPUs are not this host's)."""
+    if cluster_file is not None or not plan.engine.needs_gpu:
+        return []
+    return gpu_holders(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def dry_run_rows(plan: PreparedStudy) -> tuple[list[tuple[Candidate, str | None]], list[tuple[Candidate, QueuedAs]]]:

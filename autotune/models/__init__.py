@@ -36,7 +36,7 @@ from autotune.models.trial import (
     TrialStatus, VerdictStatus,
 )
 from autotune.models.host import (
-    ChoicesCheck, ChoicesStatus, DeviceIdentity, GpuIdentity, HostFingerprint, LeftOutKnob, ProbeReport,
+    ChoicesCheck, ChoicesStatus, DeviceIdentity, GpuHolder, GpuIdentity, HostFingerprint, LeftOutKnob, ProbeReport,
     ProbeResult, ProbeStatus,
 )
 from autotune.models.plan import (

@@ -22,6 +22,18 @@ class GpuIdentity(Record):
     multiprocessor_count: int | None = None
 
 
+class GpuHolder(Record):
+    """A process other than autotune with a compute context on a GPU autotune may use, as NVML
+    lists it (autotune/hardware/occupancy.py). `used_gib` is None where NVML gives no figure (a
+    unified-memory GPU); `total_gib` is the GPU's memory, None where NVML cannot read it."""
+
+    gpu: int
+    pid: int
+    command: str
+    used_gib: float | None = None
+    total_gib: float | None = None
+
+
 class DeviceIdentity(Record):
     """What this host is. Every GPU field is empty on a machine without one (or without torch)."""
 

@@ -17,6 +17,7 @@ from autotune.output.schedule_lines import schedule_lines
 from autotune.models import (
     FailureCause,
     FailureInfo,
+    GpuHolder,
     LaunchSpec,
     LearnedFailure,
     Objective,
@@ -412,3 +413,26 @@ def print_isolations(console: Console, isolations: list[Any]) -> None:
     console.print(f"[bold]isolated failures[/] ({launches} extra launch{'es' if launches != 1 else ''} in all)")
     for isolation in isolations:
         console.print(f"  {isolation.summary()}", markup=False, highlight=False)
+
+
+def _holder(h: GpuHolder) -> str:
+    used = "memory not reported" if h.used_gib is None else f"{h.used_gib:.1f} GiB"
+    return f"pid {h.pid} ({h.command}, {used})"
+
+
+def holders_note(holders: list[GpuHolder]) -> str | None:
+    """One line naming who holds which GPU (autotune/bench/occupancy.py) and what to do; None where
+    nobody else does. A note, not a refusal: an engine with a lower gpu_memory_utilization may still
+    fit beside them."""
+    if not holders:
+        return None
+    parts = []
+    for gpu in sorted({h.gpu for h in holders}):
+        own = [h for h in holders if h.gpu == gpu]
+        used = sum(h.used_gib or 0.0 for h in own)
+        total = own[0].total_gib
+        amount = f"{used:.1f} of {total:.1f} GiB" if total is not None else f"{used:.1f} GiB"
+        parts.append(f"GPU {gpu}: {amount} held by other processes: " + ", ".join(_holder(h) for h in own))
+    pids = " ".join(str(p) for p in dict.fromkeys(h.pid for h in holders))
+    return ("; ".join(parts) + f"; an engine may not start beside them: stop them first (kill {pids}; an "
+            "EngineCore left behind is usually the one), or lower gpu_memory_utilization")

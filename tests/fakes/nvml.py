@@ -5,14 +5,15 @@ autotune/bench/nvml.py makes, answering as NVML does (mJ, mW, MHz, bit masks, NV
 unsupported call). Each `FakeGpu` draws a constant power, and its energy counter advances with
 the monotonic clock at that power, as the driver's counter does. Variants: a GPU without the
 counter (`counter=False`, as some GB10 drivers), one without any power reading, one that is
-thermally throttled with low clocks. Everything above the module is the real code."""
+thermally throttled with low clocks, one that other processes hold memory on (`processes`, as
+nvmlDeviceGetComputeRunningProcesses lists them). Everything above the module is the real code."""
 
 from __future__ import annotations
 
 import sys
 import time
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -39,6 +40,9 @@ class FakeGpu:
     temperature_c: int = 45
     power_limit_w: float = 700.0
     uuid: str = ""
+    #: other processes' compute contexts on this GPU: (pid, bytes used; None where NVML gives no figure)
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    memory_total_b: int = 80 * 2**30
     start: float = field(default_factory=time.monotonic)
     base_mj: int = 123_456_789
 
@@ -95,6 +99,11 @@ def module(gpus: list[FakeGpu], init_error: bool = False) -> ModuleType:
     fake.nvmlDeviceGetCurrentClocksEventReasons = lambda gpu: gpu.reasons
     fake.nvmlDeviceGetEnforcedPowerLimit = lambda gpu: int(gpu.power_limit_w * 1000)
     fake.nvmlDeviceGetTemperature = lambda gpu, sensor: gpu.temperature_c
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda gpu: [
+        SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+    fake.nvmlDeviceGetMemoryInfo = lambda gpu: SimpleNamespace(
+        total=gpu.memory_total_b, used=sum(u or 0 for _, u in gpu.processes),
+        free=gpu.memory_total_b - sum(u or 0 for _, u in gpu.processes))
     return fake
 
 
