@@ -142,6 +142,11 @@ FAKE_FILES = {
               f"quantization=None, enforce_eager=True, kv_cache_dtype={args.kv_cache_dtype}, device_config=cuda", flush=True)
         if args.kv_cache_dtype == "fp8_inc":
             time.sleep(600)
+        if os.environ.get("FAKE_VLLM_FREE_GIB"):  # another process holds the GPU: vLLM's check at start
+            print(f"ValueError: Free memory on device cuda:0 ({os.environ['FAKE_VLLM_FREE_GIB']}/79.18 GiB) on startup is "
+                  "less than desired GPU memory utilization (0.9, 71.26 GiB). Decrease GPU memory utilization or reduce "
+                  "GPU memory used by other processes.", flush=True)
+            sys.exit(1)
         if args.kv_cache_dtype == "nvfp4":
             print("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=256, "
                   "dtype=torch.bfloat16, kv_cache_dtype=nvfp4, block_size=None). Reasons: {FLASH_ATTN: [kv_cache_dtype not supported]}.", flush=True)
@@ -376,6 +381,23 @@ def test_launch_one_against_fake_servers(fake_vllm, tmp_path):
     argv_line = (tmp_path / "logs" / "kv_cache_dtype=fp8_attention_backend=auto_draft_k=4.log").read_text().splitlines()[0]
     for flag in ("--enforce-eager", "--load-format dummy", "--kv-cache-memory-bytes 1073741824", '"method":"ngram"'):
         assert flag in argv_line
+
+
+def test_a_launch_the_host_stopped_is_untested_and_launched_again_by_the_next_probe(fake_vllm, tmp_path, monkeypatch):
+    """An EngineCore left behind held 73 GiB of a lent H100 and the next launches failed with vLLM's
+    free-memory check: a probe cell that fails so says nothing of its feature. It stays untested
+    (the next `autotune probe` launches it again), with the class and what to do."""
+    engine = VllmEngine(python=sys.executable)
+    combos = [F.Combo("auto", None), F.Combo("fp8", "TRITON_ATTN")]
+    monkeypatch.setenv("FAKE_VLLM_FREE_GIB", "5.78")
+    held = F.launch_matrix(tmp_path / "model", combos, log_dir=tmp_path / "held", engine=engine, timeout_s=10)
+    assert [r.status for r in held] == ["untested", "untested"]
+    assert {r.signature for r in held} == {"gpu_memory_in_use"}
+    assert all("nvidia-smi" in r.evidence and "probe again" in r.evidence for r in held)
+    monkeypatch.delenv("FAKE_VLLM_FREE_GIB")
+    again = F.launch_matrix(tmp_path / "model", combos, log_dir=tmp_path / "free", engine=engine, timeout_s=10,
+                            only=[(r.params["kv_cache_dtype"], r.params["attention_backend"]) for r in held])
+    assert [r.status for r in again] == ["works", "works"]
 
 
 def test_cli_runs_selector_then_launches_and_writes_results(fake_vllm, gemma_dir, tmp_path):

@@ -46,7 +46,7 @@ from autotune.errors import AutotuneError, ConfigError, ProbeError
 from autotune.probe.order import BUDGET_USED_UP, order_cells
 from autotune.launchers.base import LaunchOptions, free_port
 from autotune.checkpoint.config import read_config, text_fields
-from autotune.models import Candidate, FailureInfo, ModelSpec, ProbeResult, Scalar
+from autotune.models import Candidate, FailureCause, FailureInfo, ModelSpec, ProbeResult, Scalar
 from autotune.probe.features.vllm_rows import BACKENDS, KV_DTYPES, rows_for
 from autotune.probe.runner import PROBES_HOME, probe_env, python_module_argv
 from autotune.engines.signatures import classify
@@ -285,12 +285,17 @@ def launch_one(
                 error = f"request failed: {type(exc).__name__}: {exc}"
     except StartFailed as exc:
         # a start that timed out is untested (raise --timeout); one that crashed names the signature it
-        # shows (the failure path of trial/launch.py), a crash no signature names only its error lines
-        status = "untested" if exc.timed_out else "fails"
+        # shows (the failure path of trial/launch.py), a crash no signature names only its error lines.
+        # One the host stopped (an ENVIRONMENT class: another process holds the GPU, NCCL, a missing
+        # package) says nothing of the feature: untested too, launched again by the next probe.
         failure = None if exc.timed_out or exc.failure.failure_class in FALLBACK_CAUSES else exc.failure
+        host = failure is not None and failure.cause is FailureCause.ENVIRONMENT
+        status = "untested" if exc.timed_out or host else "fails"
         evidence = str(exc.error) if exc.timed_out else _failure_evidence(failure, exc.log_tail, str(exc.error))
         if exc.timed_out:
             evidence += " (raise --timeout: first starts compile kernels)"
+        elif host:
+            evidence = f"{evidence}; not the feature: {failure.fix or 'fix the host'}, then probe again"
         return ProbeResult(feature=feature, status=status, evidence=evidence[:2000],
                            signature=failure.failure_class if failure else None,
                            params=combo.params(), duration_s=round(time.monotonic() - t0, 1))
