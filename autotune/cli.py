@@ -19,7 +19,7 @@ from rich.console import Console
 from autotune import __version__
 from autotune.output import plan_text, progress, terminal
 from autotune.errors import AutotuneError, ConfigError
-from autotune.models import SpaceObjective
+from autotune.models import GpuHolder, SpaceObjective
 
 app = typer.Typer(
     add_completion=False,
@@ -236,9 +236,7 @@ def search(
         rows, first = setup.dry_run_rows(plan)
         plan_text.print_dry_run(console, plan, rows, first, every=all_candidates)
         return
-    held = terminal.holders_note(setup.others_on_gpus(plan, cluster))
-    if held is not None:
-        errors.print(f"note: {held}", markup=False, highlight=False, soft_wrap=True)
+    _note_holders(setup.others_on_gpus(plan.engine, cluster))
     if plan.ctx.nccl:
         from autotune.launchers.nccl import summary
 
@@ -414,6 +412,7 @@ def probe(
         engine_probes=not skip_engine,
         timeout_s=timeout_s,
         budget_s=budget_s,
+        on_holders=_note_holders,
     )
     if as_json:
         console.print_json(result.model_dump_json())
@@ -490,6 +489,13 @@ def space_new(
             f"next: autotune plan --space {output} --hardware {made.space.hardware} --nodes {nodes}",
             markup=False, highlight=False,
         )
+
+
+def _note_holders(held: list[GpuHolder]) -> None:
+    """One note line before the first launch when other processes hold the GPUs it will use."""
+    line = terminal.holders_note(held)
+    if line is not None:
+        errors.print(f"note: {line}", markup=False, highlight=False)
 
 
 def _chosen_space(space: str | None, hardware: str | None, nodes: int | None) -> str:

@@ -108,3 +108,17 @@ def test_a_dry_run_and_a_free_gpu_print_no_such_note(fake_vllm, tmp_path, monkey
     fake_nvml.install(monkeypatch, [FakeGpu()])
     assert main([*args, "--trials", "1", "--confirm-rounds", "0", "--no-accuracy", "--study", "f"]) == 0
     assert "held by other processes" not in capsys.readouterr().err
+
+
+@pytest.mark.engine
+def test_probe_notes_the_holder_before_its_launches(fake_vllm, tmp_path, monkeypatch, holder, capsys):
+    """`autotune probe` launches vLLM too: the same note before its first launch (here --budget 0:
+    the note, then nothing launched), and none for --no-engine."""
+    fake_nvml.install(monkeypatch, [FakeGpu(processes=[(holder, 73 * GIB)])])
+    args = ["probe", "--space", str(fake_vllm), "--db", str(tmp_path / "runs.db"), "--model", str(tmp_path / "model"),
+            "--timeout", "20s"]
+    assert main([*args, "--budget", "0"]) == 0
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "held by other processes" in x]
+    assert line.startswith("note: GPU 0") and f"pid {holder} (sleep 300, 73.0 GiB)" in line
+    assert main([*args, "--no-engine", "--refresh"]) == 0
+    assert "held by other processes" not in capsys.readouterr().err

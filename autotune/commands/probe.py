@@ -8,13 +8,14 @@ are launched by the next `autotune probe` (it resumes from runs.db, like a study
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from autotune.commands.setup import on_this_host, read_space
+from autotune.commands.setup import on_this_host, others_on_gpus, read_space
 from autotune.engines import ProbeRequest
 from autotune.errors import ConfigError
 from autotune.checkpoint.files import resolve_model
-from autotune.models import FailureInfo, ProbeReport, ProbeResult
+from autotune.models import FailureInfo, GpuHolder, ProbeReport, ProbeResult
 from autotune.probe.runner import probe_names, python_module_argv, run_probe_subprocess
 from autotune.engines.signatures import classify
 from autotune.store import Store, check_writable
@@ -58,7 +59,9 @@ def probe(
     timeout_s: float = 300.0,
     budget_s: float = 480.0,
     logs_dir: Path = Path("autotune-logs") / "probe",
+    on_holders: Callable[[list[GpuHolder]], None] = lambda held: None,
 ) -> ProbeReport:
+    """`on_holders` hears, before the first engine launch, which other processes hold this host's GPUs."""
     space, engine = read_space(space_name)
     model = resolve_model(space.model, model_path) if engine_probes else space.model
     if engine_probes:
@@ -72,6 +75,8 @@ def probe(
     leftover = untested_cells(stored) if engine_probes else []
     if stored and not refresh and not leftover:
         return ProbeReport(**report, results=stored, reused=True)
+    if engine_probes:
+        on_holders(others_on_gpus(engine))
     if stored and not refresh:  # resume: launch what an earlier probe left untested, keep the rest
         assert model.path
         request = ProbeRequest(model.path, timeout_s, budget_s, logs_dir, space_name, stored=tuple(stored),

@@ -315,11 +315,11 @@ def prepare(
     )
 
 
-def others_on_gpus(plan: PreparedStudy, cluster_file: Path | None) -> list[GpuHolder]:
-    """The processes that hold the GPUs of this host a study's engine will use, read just before its
-    first launch (autotune/bench/occupancy.py); none for an engine that needs no GPU, or boxes of a
-    cluster file (their GPUs are not this host's)."""
-    if cluster_file is not None or not plan.engine.needs_gpu:
+def others_on_gpus(engine: Engine, cluster_file: Path | None = None) -> list[GpuHolder]:
+    """The processes that hold the GPUs of this host `engine` will use, read just before the first
+    launch of a study or a probe (autotune/bench/occupancy.py); none for an engine that needs no GPU,
+    or boxes of a cluster file (their GPUs are not this host's)."""
+    if cluster_file is not None or not engine.needs_gpu:
         return []
     return gpu_holders(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
