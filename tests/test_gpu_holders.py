@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,10 @@ gates: {{needle: null, qeval: null}}
 def holder():
     """A real process standing in for an EngineCore left behind (its argv is what the note shows)."""
     proc = subprocess.Popen(["sleep", "300"])
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes() and time.monotonic() < deadline:  # Popen (vfork) returns before exec sets the args
+        time.sleep(0.01)
     yield proc.pid
     proc.kill()
     proc.wait()
@@ -61,6 +66,9 @@ def test_the_note_says_how_much_is_held_by_whom_and_what_to_do(monkeypatch, hold
     assert f"pid {holder} (sleep 300, 73.0 GiB)" in note
     assert f"pid {holder + 1}" in note and "memory not reported" in note  # a unified-memory GPU gives no figure
     assert f"kill {holder} {holder + 1}" in note and "gpu_memory_utilization" in note
+    # a unified-memory GPU (GB10) may give no figure at all: no amount is made up
+    fake_nvml.install(monkeypatch, [FakeGpu(processes=[(holder, None)])])
+    assert holders_note(gpu_holders(None)).startswith(f"GPU 0: held by other processes: pid {holder} (sleep 300, memory not")
 
 
 def test_a_gpu_nobody_else_holds_and_a_host_without_nvml_give_no_note(monkeypatch):

@@ -1,4 +1,4 @@
-"""Who else holds the GPUs autotune may use, read before a study's first launch.
+"""Who else holds the GPUs autotune may use, read before the first launch of a study or a probe.
 
 An engine left behind (vLLM's EngineCore outlives a killed API server) or another user's job keeps
 its memory, and every launch after it fails with vLLM's "Free memory on device ... less than

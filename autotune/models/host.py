@@ -24,7 +24,7 @@ class GpuIdentity(Record):
 
 class GpuHolder(Record):
     """A process other than autotune with a compute context on a GPU autotune may use, as NVML
-    lists it (autotune/hardware/occupancy.py). `used_gib` is None where NVML gives no figure (a
+    lists it (autotune/bench/occupancy.py). `used_gib` is None where NVML gives no figure (a
     unified-memory GPU); `total_gib` is the GPU's memory, None where NVML cannot read it."""
 
     gpu: int
