@@ -431,9 +431,9 @@ def holders_note(holders: list[GpuHolder]) -> str | None:
         own = [h for h in holders if h.gpu == gpu]
         known = [h.used_gib for h in own if h.used_gib is not None]
         total = own[0].total_gib
-        amount = "" if not known else f"{sum(known):.1f} GiB" if total is None else f"{sum(known):.1f} of {total:.1f} GiB"
-        parts.append(f"GPU {gpu}: {amount + ' ' if amount else ''}held by other processes: "
-                     + ", ".join(_holder(h) for h in own))
+        of_total = "" if total is None else f" of {total:.1f}"
+        amount = f"{sum(known):.1f}{of_total} GiB " if known else ""  # no figure at all: no amount made up
+        parts.append(f"GPU {gpu}: {amount}held by other processes: " + ", ".join(_holder(h) for h in own))
     pids = " ".join(str(p) for p in dict.fromkeys(h.pid for h in holders))
     return ("; ".join(parts) + f"; an engine may not start beside them: stop them first (kill {pids}; an "
             "EngineCore left behind is usually the one), or lower gpu_memory_utilization")
