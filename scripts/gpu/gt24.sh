@@ -8,7 +8,8 @@
 #   bash scripts/gpu/gt24.sh start     # the table in its own process session, so it runs on after the call returns
 #                                      # (a call's other processes end with it): GT_BUDGET minutes (default 24) of
 #                                      # launches, cut GT_GRACE s (300) after; then it follows the job as `wait` does
-#   bash scripts/gpu/gt24.sh wait      # follow the job for GT_WAIT s (560) or until it ends; call again at once
+#   bash scripts/gpu/gt24.sh wait      # follow the job until GT_WAIT s (560) from this call's start, or until it ends; call
+#                                      # again at once (start counts its install in the same 560 s: a call is cut at 600)
 #                                      # (a machine left idle 30 s goes back, and the job with it)
 # Each call brings back runs.db (a consistent copy while the job writes it), gt24.txt, logs.tgz and show.txt.
 # Afterwards: copy the returned runs.db to .gt-h100/runs.db, then here (no GPU needed)
@@ -52,9 +53,9 @@ bring_back() {  # the job's output, and save's runs.db, logs and show from a sna
   cp "$LOG" "$OUT/gt24.txt" 2>/dev/null
   DB=$W/snapshot.db save
 }
-follow() {  # until the job ends or GT_WAIT s pass
-  local t0=$SECONDS pid
-  while pid=$(job_pid) && (( SECONDS - t0 < ${GT_WAIT:-560} )); do sleep 5; done
+follow() {  # until the job ends or GT_WAIT s have passed since this call began (start's install included)
+  local pid
+  while pid=$(job_pid) && (( SECONDS < ${GT_WAIT:-560} )); do sleep 5; done
   bring_back
   tail -8 "$LOG"
   if pid=$(job_pid); then echo "job: running (session $pid): call wait again"; else echo "job: ended"; fi
