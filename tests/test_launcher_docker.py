@@ -31,7 +31,7 @@ from autotune.launchers.docker import (  # noqa: E402
     run_argv,
 )
 from autotune.models import (  # noqa: E402
-    CONTAINER_VLLM_CACHE, DEFAULT_COMPILE_CACHE, Candidate, LaunchSpec, ModelSpec, NodeLaunch,
+    CONTAINER_JIT_CACHE_ENV, CONTAINER_VLLM_CACHE, DEFAULT_COMPILE_CACHE, Candidate, LaunchSpec, ModelSpec, NodeLaunch,
 )
 
 IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
@@ -163,7 +163,8 @@ def test_ray_launch_on_two_daemons_sends_the_exact_container_config(daemons, tmp
     assert head_body["Cmd"] == head.argv[1:]
     assert head_body["Cmd"][:4] == ["-m", "ray.scripts.scripts", "start", "--head"]
     env = dict(item.split("=", 1) for item in head_body["Env"])
-    assert env == {**head.env, "HF_TOKEN": SECRET}  # the secret passes through at create time only
+    # the secret passes through at create time only; the kernels' caches point into the mounted folder
+    assert env == {**CONTAINER_JIT_CACHE_ENV, **head.env, "HF_TOKEN": SECRET}
     assert head_body["Labels"] == {
         "autotune.study": "gemma-spark-x2", "autotune.trial": "7", "autotune.node": "0", "autotune.role": "head",
         "autotune.launch": server.launch_id,  # what the reaper removes if autotune dies
@@ -322,7 +323,7 @@ def test_docker_commands_render_the_exact_per_node_launch(monkeypatch):
     cluster = Cluster(nodes=nodes, image=IMAGE, hf_cache="/home/me/.cache/huggingface")
     launch = VllmEngine(python=sys.executable).render_cluster(Candidate(engine="vllm", params={}), MODEL, 8000, cluster)
     head, worker, server = docker_commands(launch, cluster)
-    env0 = launch.nodes[0].env
+    env0 = {**CONTAINER_JIT_CACHE_ENV, **launch.nodes[0].env}  # the kernels' caches in the mounted folder
     assert head == [
         "docker", "--host", "ssh://me@spark0", "run", "--detach", "--name", "autotune-node0-head",
         "--network", "host", "--ipc", "host", "--gpus", "all",
@@ -344,6 +345,8 @@ def test_run_argv_without_ipc_host_uses_shm_size():
     argv = run_argv(spec, pass_env=())
     assert argv == ["docker", "run", "--detach", "--name", "x", "--network", "host", "--shm-size", "64g",
                     "--gpus", "all", "--privileged", "-v", f"{DEFAULT_COMPILE_CACHE}:{CONTAINER_VLLM_CACHE}",
+                    "-e", f"FLASHINFER_WORKSPACE_BASE={CONTAINER_VLLM_CACHE}/flashinfer",
+                    "-e", f"TRITON_CACHE_DIR={CONTAINER_VLLM_CACHE}/triton",
                     "--entrypoint", "vllm", IMAGE, "serve", "m"]
 
 
@@ -359,6 +362,28 @@ def test_the_compile_cache_is_one_host_folder_for_every_launch_unless_turned_off
     assert container_spec(NodeLaunch(argv=["python3"]), off, "n").binds == []
     with pytest.raises(ValueError, match="absolute"):
         Cluster(nodes=nodes, image=IMAGE, compile_cache="relative/dir")
+
+
+def test_flashinfer_and_triton_kernels_compiled_in_a_container_go_to_the_mounted_cache():
+    """FlashInfer JIT-compiles its attention kernels where no prebuilt cubin is installed (on an H100
+    the first FLASHINFER start of a KV dtype took 188-274 s, a later one on the same machine 71 s:
+    docs/measurements.md); in a container they went to its own home and died with it, so every
+    FLASHINFER trial compiled them again. Both caches now live under the mounted folder."""
+    nodes = [ClusterNode(ip="10.0.0.1")]
+    on = container_spec(NodeLaunch(argv=["python3", "-m", "vllm"]), Cluster(nodes=nodes, image=IMAGE), "n")
+    assert on.env == {"FLASHINFER_WORKSPACE_BASE": f"{CONTAINER_VLLM_CACHE}/flashinfer",
+                      "TRITON_CACHE_DIR": f"{CONTAINER_VLLM_CACHE}/triton"}
+    # the launch's own setting wins (a space or an image that places them elsewhere on purpose)
+    own = NodeLaunch(argv=["python3"], env={"TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"})
+    assert container_spec(own, Cluster(nodes=nodes, image=IMAGE), "n").env == {
+        "FLASHINFER_WORKSPACE_BASE": f"{CONTAINER_VLLM_CACHE}/flashinfer", "TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"}
+    # no mounted cache: nothing to point them at
+    off = Cluster(nodes=nodes, image=IMAGE, compile_cache=None)
+    assert container_spec(own, off, "n").env == {"TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"}
+    # the exported docker lines say the same
+    argv = run_argv(on, pass_env=())
+    assert argv[argv.index("-v") + 1] == f"{DEFAULT_COMPILE_CACHE}:{CONTAINER_VLLM_CACHE}"
+    assert f"TRITON_CACHE_DIR={CONTAINER_VLLM_CACHE}/triton" in argv
 
 
 # ---------------------------------------------------------------------- the reaper's protocol

@@ -31,6 +31,11 @@ SERVER = textwrap.dedent(
     import http.server, os, sys
     os.makedirs(sys.argv[2], exist_ok=True)
     open(os.path.join(sys.argv[2], "written-in-the-container"), "w").write("compiled")
+    # where FlashInfer's JIT (under its workspace base's .cache/flashinfer) and Triton put their kernels
+    flashinfer = os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer")
+    for where in (flashinfer, os.environ["TRITON_CACHE_DIR"]):
+        os.makedirs(where, exist_ok=True)
+        open(os.path.join(where, "kernel"), "w").write("jit")
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
@@ -89,6 +94,9 @@ def test_one_container_per_node_with_host_network_ipc_labels_compile_cache_and_l
         assert "Application startup complete" in server.log_text()
     # what the container wrote under vLLM's cache root is on the host, after the container is gone
     assert (tmp_path / "compile-cache" / "written-in-the-container").read_text() == "compiled"
+    # and so are FlashInfer's JIT kernels and Triton's: the next container of the config loads them
+    jit = [p.relative_to(tmp_path / "compile-cache").as_posix() for p in (tmp_path / "compile-cache").rglob("kernel")]
+    assert sorted(jit) == ["flashinfer/.cache/flashinfer/kernel", "triton/kernel"]
     assert "Application startup complete" in (tmp_path / "trial.node0-server.log").read_text()
     assert "worker up" in (tmp_path / "trial.node1-worker.log").read_text()
     assert labelled("autotune.study=daemon-test") == []

@@ -46,7 +46,15 @@ from autotune.launchers.ray import (
     parse_nodes_report,
     role_log_path,
 )
-from autotune.models import CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, Cluster, LaunchSpec, NcclReading, NodeLaunch
+from autotune.models import (
+    CONTAINER_HF_CACHE,
+    CONTAINER_JIT_CACHE_ENV,
+    CONTAINER_VLLM_CACHE,
+    Cluster,
+    LaunchSpec,
+    NcclReading,
+    NodeLaunch,
+)
 
 INSTALL_HINT = "pip install 'autotune[docker]'"
 LABEL_STUDY = "autotune.study"
@@ -98,13 +106,15 @@ def container_spec(
     if cluster.model_dir:
         binds.append(f"{cluster.model_dir}:{cluster.model_dir}:ro")
     binds += [f"{host}:{inside}" for host, inside in cluster.mounts.items()]
+    env = dict(node.env)
     if cluster.compile_cache:
         binds.append(f"{cluster.compile_cache}:{CONTAINER_VLLM_CACHE}")
+        env = {**CONTAINER_JIT_CACHE_ENV, **env}  # the launch's own setting wins
     return ContainerSpec(
         name=name,
         image=cluster.image,
         argv=_portable(node.argv),
-        env=dict(node.env),
+        env=env,
         labels=labels or {},
         ipc_host=cluster.ipc_host,
         shm_size=None if cluster.ipc_host else cluster.shm_size,

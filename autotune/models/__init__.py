@@ -16,7 +16,7 @@ from autotune.models.space import (
     measured_families, objective_workload, tps_measurement, tps_objective, all_good_floor,
 )
 from autotune.models.cluster import (
-    CONTAINER_HF_CACHE, CONTAINER_VLLM_CACHE, DEFAULT_COMPILE_CACHE, Cluster, ClusterNode,
+    CONTAINER_HF_CACHE, CONTAINER_JIT_CACHE_ENV, CONTAINER_VLLM_CACHE, DEFAULT_COMPILE_CACHE, Cluster, ClusterNode,
 )
 from autotune.models.launch import (
     SYNTHETIC_ACCEPTANCE_WHY, Candidate, GenerationCheck, GenerationOutcome, LaunchSpec, NcclLibrary,

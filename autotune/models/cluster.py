@@ -21,6 +21,12 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 CONTAINER_VLLM_CACHE = "/root/.cache/vllm"
 #: the host folder every docker launch mounts there, so compiled graphs outlive the container.
 DEFAULT_COMPILE_CACHE = "/var/tmp/autotune-vllm-cache"
+#: where a container's JIT-compiled kernels go, inside that mount: FlashInfer's (its workspace base;
+#: the kernels land under .cache/flashinfer of it) and Triton's, so they outlive the container too.
+CONTAINER_JIT_CACHE_ENV: dict[str, str] = {
+    "FLASHINFER_WORKSPACE_BASE": f"{CONTAINER_VLLM_CACHE}/flashinfer",
+    "TRITON_CACHE_DIR": f"{CONTAINER_VLLM_CACHE}/triton",
+}
 
 
 class ClusterNode(Record):
@@ -86,8 +92,9 @@ class Cluster(Record):
     compile_cache: str | None = Field(
         DEFAULT_COMPILE_CACHE,
         description=f"host folder mounted at {CONTAINER_VLLM_CACHE} in every container, so a config's "
-        "torch.compile output is reused by its later launches (a container's own cache dies with it); "
-        "None = every container compiles from scratch",
+        "torch.compile output, and the FlashInfer and Triton kernels its container JIT-compiles, are "
+        "reused by later launches (a container's own cache dies with it); None = every container "
+        "compiles from scratch",
     )
     rdma: bool = Field(True, description="give containers /dev/infiniband, unlimited memlock and IPC_LOCK")
     privileged: bool = False
