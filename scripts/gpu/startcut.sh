@@ -5,6 +5,10 @@
 #   bash scripts/gpu/startcut.sh ab        # benchmarks/start_cut.py: one round (ROUNDS) of the baseline
 #                                          # launched capped (CUDA graphs up to 32) and with vLLM's own 51
 #                                          # sizes, in turn; a second call goes on with the next round
+#   bash scripts/gpu/startcut.sh jit       # benchmarks/start_cut.py --mode jit: one round (ROUNDS) of the baseline
+#                                          # on FLASHINFER with empty kernel caches (a container without the
+#                                          # mounted cache), then with the shared ones; call again for round 2
+#                                          # (round 1's cold launch fills the shared caches and vLLM's compile cache)
 #   bash scripts/gpu/startcut.sh profile   # one start of the baseline with Python's import timer and vLLM's
 #                                          # DEBUG log: which imports and steps fill the ~36 s before the
 #                                          # engine core's init (returned as startprofile.log.gz)
@@ -20,6 +24,12 @@ ab)
     --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/startcut.json" > "$OUT/startcut.txt" 2>&1
   echo "start_cut exit $?" >> "$OUT/startcut.txt"
   save; tail -12 "$OUT/startcut.txt" ;;
+jit)
+  installed || install
+  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --mode jit --space $SPACE --hardware "${HW:-h100}" \
+    --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/startcut-jit.json" > "$OUT/startcut-jit.txt" 2>&1
+  echo "start_cut exit $?" >> "$OUT/startcut-jit.txt"
+  save; tail -12 "$OUT/startcut-jit.txt" ;;
 profile)
   installed || install
   timeout "${PROFILE_TIMEOUT:-300}" python3 - "$SPACE" "$W" > "$OUT/startprofile.txt" 2>&1 <<'PY'
@@ -45,5 +55,5 @@ PY
   echo "profile exit $?" >> "$OUT/startprofile.txt"
   gzip -c "$W/startprofile.log" > "$OUT/startprofile.log.gz" 2>/dev/null
   cat "$OUT/startprofile.txt" ;;
-*) echo "usage: $0 ab|profile" >&2; exit 2 ;;
+*) echo "usage: $0 ab|jit|profile" >&2; exit 2 ;;
 esac
