@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.cli import main
+from autotune.engines import get_engine
 from autotune.models import Candidate, TrialResult
 from autotune.trial.phases import PHASES, Phase, PhaseClock, Step
 from autotune.space.candidates import load_space
@@ -90,6 +91,7 @@ def test_where_a_vllm_start_went_is_read_from_its_log():
         # from the lines' own clock: the first line 16:08:26, the engine core's first 16:08:57, its init
         # done 16:11:39, "Starting vLLM server" 16:11:47
         "api_server": 31.0, "serving": 8.0, "logged": 201.0,
+        "kernels": 0.03,  # FlashInfer's autotune step, run on every Hopper start: nothing to compile here
     }
     assert get_engine("vllm").start_parts("no such lines\n") == {}
     assert get_engine("llamacpp").start_parts(log) == {}
@@ -103,6 +105,36 @@ def test_a_start_across_a_month_boundary_reads_its_seconds():
            "INFO 12-01 00:00:05 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model='m'\n"
            "INFO 12-01 00:00:09 [api_server.py:677] Starting vLLM server on http://127.0.0.1:8000\n")
     assert get_engine("vllm").start_parts(log) == {"api_server": 15.0, "logged": 19.0}
+
+
+FLASHINFER_START = """\
+(APIServer pid=2370) INFO 12-07 21:48:26 [model.py:623] Resolved architecture: LlamaForCausalLM
+(EngineCore pid=2453) INFO 12-07 21:48:42 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model='m'
+(EngineCore pid=2453) INFO 12-07 21:49:06 [monitor.py:53] torch.compile took 18.22 s in total
+(EngineCore pid=2453) 2026-12-07 21:49:09,154 - INFO - autotuner.py:651 - flashinfer.jit: [Autotuner]: Autotuning process starts ...
+(EngineCore pid=2453) 2026-12-07 21:50:22,566 - INFO - autotuner.py:674 - flashinfer.jit: [Autotuner]: Autotuning process ends
+(EngineCore pid=2453) WARNING 12-07 21:50:22 [kernel_warmup.py:258] No FlashInfer autotune cache entries found.Falling back to default tactics.
+(EngineCore pid=2453) INFO 12-07 21:50:22 [kernel_warmup.py:147] Warming up FlashInfer attention.
+(EngineCore pid=2453) INFO 12-07 21:50:53 [cutedsl_warmup.py:101] Skipping CuTeDSL warmup because no compile units were requested.
+(EngineCore pid=2453) INFO 12-07 21:50:57 [model_runner.py:747] Graph capturing finished in 4 secs, took 0.35 GiB
+(EngineCore pid=2453) INFO 12-07 21:51:14 [core.py:340] init engine (profile, create kv cache, warmup model) took 146.08 s (compilation: 18.22 s)
+(APIServer pid=2370) INFO 12-07 21:51:15 [api_server.py:677] Starting vLLM server on http://127.0.0.1:47479
+"""
+
+
+def test_flashinfer_kernel_steps_of_a_start_are_read_from_its_log():
+    """A FLASHINFER start on an H100 (vLLM 0.26.0, the dense 8B shape, 2026-12-07), lines of its log:
+    FlashInfer's autotune step (its own stamps, with milliseconds) and its attention warm-up (to the
+    next line) took 104.4 s of the 146 s init, the part a start with the kernels on disk skips."""
+    from autotune.engines import get_engine
+
+    parts = get_engine("vllm").start_parts(FLASHINFER_START)
+    assert parts["kernels"] == 104.41  # 73.412 s autotune + 31 s attention warm-up
+    assert parts["engine_init"] == 146.08 and parts["compile"] == 18.22
+    # a start on another backend logs an autotune step of milliseconds and no attention warm-up
+    other = FLASHINFER_START.replace("21:50:22,566", "21:49:09,178").replace(
+        "Warming up FlashInfer attention.", "Skipping FlashInfer attention warm-up (not used).")
+    assert get_engine("vllm").start_parts(other)["kernels"] == 0.02
 
 
 def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
@@ -121,7 +153,7 @@ def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsy
     cells = [c.strip() for c in row.strip("│").split("│")]
     # start, before the first line, API server, weights, torch.compile, CUDA graphs, the rest of engine
     # init, serving, other: a row stored before the log's clock was read leaves those parts out
-    assert cells == ["0", "180.0", "-", "-", "2.7", "34.8", "5.0", "117.0", "-", "20.5"]
+    assert cells == ["0", "180.0", "-", "-", "2.7", "34.8", "5.0", "-", "117.0", "-", "20.5"]
 
 
 def test_show_splits_the_start_by_the_logs_own_clock(tmp_path: Path, capsys, monkeypatch):
@@ -141,4 +173,22 @@ def test_show_splits_the_start_by_the_logs_own_clock(tmp_path: Path, capsys, mon
     after = out[out.index("where the start went"):]
     row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
     cells = [c.strip() for c in row.strip("│").split("│")]
-    assert cells == ["0", "54.0", "18.0", "17.0", "2.9", "4.4", "4.0", "3.3", "1.0", "3.4"]
+    assert cells == ["0", "54.0", "18.0", "17.0", "2.9", "4.4", "4.0", "-", "3.3", "1.0", "3.4"]
+
+
+def test_show_names_the_flashinfer_kernel_steps_apart_from_the_rest_of_init(tmp_path: Path, capsys, monkeypatch):
+    wide(monkeypatch)
+    store = Store(tmp_path / "runs.db")
+    store.save_study("s", load_space("vllm-gemma3-270m"), "h100", 1, "host")
+    store.save_trial(TrialResult(
+        study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=152.0,
+        score=152.0, duration_s=229.0, phase_s={"start": 187.9},
+        start_parts_s=get_engine("vllm").start_parts(FLASHINFER_START),
+    ))
+    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
+    out = capsys.readouterr().out
+    after = out[out.index("where the start went"):]
+    row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    # init 146.1 = compile 18.2 + graphs 4 + FlashInfer's kernels 104.4 + the rest 19.4
+    assert cells == ["0", "187.9", "18.9", "16.0", "-", "18.2", "4.0", "104.4", "19.5", "1.0", "5.9"]

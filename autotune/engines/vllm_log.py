@@ -104,11 +104,42 @@ def _clock_parts(text: str) -> dict[str, float]:
             if begin is not None and end is not None and end >= begin}
 
 
+# FlashInfer's kernel steps inside the engine's init: its autotune step, stamped by FlashInfer's own
+# logger ("2026-12-07 21:49:09,154 - INFO - autotuner.py:651 - ... Autotuning process starts"), and the
+# attention warm-up vLLM runs for a FLASHINFER model, from its line to the next stamped one. Where no
+# kernel for the GPU is on disk (no prebuilt cubin, an empty JIT cache) they compile it: 100 s or more
+# of an H100's start, a few seconds once compiled.
+_FI_AUTOTUNE = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) - \w+ - autotuner\.py:\d+ - .*Autotuning process (starts|ends)"
+)
+_FI_WARMUP = "Warming up FlashInfer attention"
+
+
+def _kernel_part(text: str) -> dict[str, float]:
+    autotune, began = 0.0, None
+    for m in _FI_AUTOTUNE.finditer(text):
+        year, month, day, hour, minute, second, ms = (int(g) for g in m.groups()[:7])
+        stamp = datetime(year, month, day, hour, minute, second, ms * 1000).timestamp()
+        if m.group(8) == "starts":
+            began = stamp
+        elif began is not None:
+            autotune, began = autotune + stamp - began, None
+    warmup, found = 0.0, bool(autotune) or _FI_AUTOTUNE.search(text) is not None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if _FI_WARMUP in line and (begin := _stamp_s(line)) is not None:
+            end = next((t for later in lines[i + 1:] if (t := _stamp_s(later)) is not None), None)
+            if end is not None and end >= begin:
+                warmup, found = warmup + end - begin, True
+    return {"kernels": round(autotune + warmup, 2)} if found else {}
+
+
 def parse_start_parts(log_text: str) -> dict[str, float]:
     """Seconds per part of a vLLM start, from its log (keys absent when not logged)."""
     text = _ANSI.sub("", log_text)
     found = {key: pattern.search(text) for key, pattern in _START_PARTS.items()}
-    return {**{key: round(float(m.group(1)), 2) for key, m in found.items() if m}, **_clock_parts(text)}
+    return {**{key: round(float(m.group(1)), 2) for key, m in found.items() if m}, **_clock_parts(text),
+            **_kernel_part(text)}
 
 
 def parse_selected(log_text: str) -> dict[str, str]:

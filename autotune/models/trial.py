@@ -162,7 +162,8 @@ class TrialResult(Record):
     start_parts_s: dict[str, float] = Field(
         default_factory=dict,
         description="where the start's seconds went, from the engine's log (vLLM: weights, compile, profile, "
-        "cuda_graphs, engine_init); empty when the engine logs none",
+        "cuda_graphs, kernels (FlashInfer's autotune and attention warm-up), engine_init, and from its lines' "
+        "clock api_server, serving, logged); empty when the engine logs none",
     )
     log_path: str | None = None
     capacity: CapacityReport | None = Field(

@@ -188,28 +188,30 @@ def phases_table(outcome: StudyOutcome) -> Table | None:
 def start_table(outcome: StudyOutcome) -> Table | None:
     """Where each start went, from the engine's log (None when no trial's engine logged it): before
     its first line (process start, Python imports; the launcher's start less the log's span), the API
-    server (config, tokenizer, the engine core's process), weights, torch.compile, CUDA graphs, the
-    rest of the engine's init (profiling, KV cache, warm-up), serving (core ready to the server
-    listening) and the rest. A part the log does not state is '-'."""
+    server (config, tokenizer, the engine core's process), weights, torch.compile, CUDA graphs,
+    FlashInfer's kernel steps (its autotune and attention warm-up: compiling where no kernel is on
+    disk), the rest of the engine's init (profiling, KV cache, warm-up), serving (core ready to the
+    server listening) and the rest. A part the log does not state is '-'."""
     timed = [t for t in outcome.trials if t.start_parts_s and t.phase_s.get("start") is not None]
     if not timed:
         return None
     table = Table(title="where the start went (s)", caption="from the engine's log and its lines' clock; before "
                   "log: process start and imports")
-    columns = ("#", "start", "before log", "API server", "weights", "compile", "graphs", "rest of init", "serving",
-               "other")
+    columns = ("#", "start", "before log", "API server", "weights", "compile", "graphs", "kernels", "rest of init",
+               "serving", "other")
     for column in columns:
         table.add_column(column, no_wrap=True, justify="left" if column == "#" else "right")
     for t in timed:
         p, start = t.start_parts_s, t.phase_s["start"]
         init, logged = p.get("engine_init"), p.get("logged")
-        rest = init - p.get("compile", 0.0) - p.get("cuda_graphs", 0.0) if init is not None else None
+        steps = ("compile", "cuda_graphs", "kernels")
+        rest = init - sum(p.get(k, 0.0) for k in steps) if init is not None else None
         before = start - logged if logged is not None else None
         named = sum(p.get(k, 0.0) for k in ("api_server", "weights", "engine_init", "serving"))
         other = (logged if logged is not None else start) - named if init is not None else None
         table.add_row(str(t.number), _fmt(start), _fmt(before), _fmt(p.get("api_server")), _fmt(p.get("weights")),
-                      _fmt(p.get("compile")), _fmt(p.get("cuda_graphs")), _fmt(rest), _fmt(p.get("serving")),
-                      _fmt(other))
+                      _fmt(p.get("compile")), _fmt(p.get("cuda_graphs")), _fmt(p.get("kernels")), _fmt(rest),
+                      _fmt(p.get("serving")), _fmt(other))
     return table
 
 
