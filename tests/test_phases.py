@@ -126,8 +126,6 @@ def test_flashinfer_kernel_steps_of_a_start_are_read_from_its_log():
     """A FLASHINFER start on an H100 (vLLM 0.26.0, the dense 8B shape, 2026-12-07), lines of its log:
     FlashInfer's autotune step (its own stamps, with milliseconds) and its attention warm-up (to the
     next line) took 104.4 s of the 146 s init, the part a start with the kernels on disk skips."""
-    from autotune.engines import get_engine
-
     parts = get_engine("vllm").start_parts(FLASHINFER_START)
     assert parts["kernels"] == 104.41  # 73.412 s autotune + 31 s attention warm-up
     assert parts["engine_init"] == 146.08 and parts["compile"] == 18.22
@@ -137,58 +135,41 @@ def test_flashinfer_kernel_steps_of_a_start_are_read_from_its_log():
     assert get_engine("vllm").start_parts(other)["kernels"] == 0.02
 
 
-def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
+def start_row(tmp_path: Path, capsys, monkeypatch, start: float, duration: float, parts: dict[str, float]) -> list[str]:
+    """The cells of `show`'s start table for one stored vLLM trial."""
     wide(monkeypatch)
     store = Store(tmp_path / "runs.db")
     store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
     store.save_trial(TrialResult(
         study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=500.0,
-        score=490.0, duration_s=200.0, phase_s={"start": 180.0, "decode": 10.0, "teardown": 2.0},
-        start_parts_s={"weights": 2.67, "compile": 34.79, "profile": 0.82, "cuda_graphs": 5.0, "engine_init": 156.8},
+        score=490.0, duration_s=duration, phase_s={"start": start, "decode": 10.0}, start_parts_s=parts,
     ))
     assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
     out = capsys.readouterr().out
     after = out[out.index("where the start went"):]
     row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
-    cells = [c.strip() for c in row.strip("│").split("│")]
-    # start, before the first line, API server, weights, torch.compile, CUDA graphs, the rest of engine
-    # init, serving, other: a row stored before the log's clock was read leaves those parts out
+    return [c.strip() for c in row.strip("│").split("│")]
+
+
+def test_show_splits_the_start_into_what_the_engine_logged(tmp_path: Path, capsys, monkeypatch):
+    cells = start_row(tmp_path, capsys, monkeypatch, 180.0, 200.0,
+                      {"weights": 2.67, "compile": 34.79, "profile": 0.82, "cuda_graphs": 5.0, "engine_init": 156.8})
+    # start, before the first line, API server, weights, torch.compile, CUDA graphs, FlashInfer's
+    # kernels, the rest of engine init, serving, other: a row stored before the log's clock was read
+    # leaves those parts out
     assert cells == ["0", "180.0", "-", "-", "2.7", "34.8", "5.0", "-", "117.0", "-", "20.5"]
 
 
 def test_show_splits_the_start_by_the_logs_own_clock(tmp_path: Path, capsys, monkeypatch):
     """A start of 54 s whose log spans 36 s: 18 s before vLLM's first line (process start, imports),
     17 s from that line to the engine core's first, 1 s from the core's init to serving."""
-    wide(monkeypatch)
-    store = Store(tmp_path / "runs.db")
-    store.save_study("s", load_space("vllm-gemma3-270m"), "h200", 1, "host")
-    store.save_trial(TrialResult(
-        study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=500.0,
-        score=490.0, duration_s=120.0, phase_s={"start": 54.0, "decode": 10.0},
-        start_parts_s={"weights": 2.9, "compile": 4.4, "profile": 0.1, "cuda_graphs": 4.0, "engine_init": 11.7,
-                       "api_server": 17.0, "serving": 1.0, "logged": 36.0},
-    ))
-    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
-    out = capsys.readouterr().out
-    after = out[out.index("where the start went"):]
-    row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
-    cells = [c.strip() for c in row.strip("│").split("│")]
+    cells = start_row(tmp_path, capsys, monkeypatch, 54.0, 120.0,
+                      {"weights": 2.9, "compile": 4.4, "profile": 0.1, "cuda_graphs": 4.0, "engine_init": 11.7,
+                       "api_server": 17.0, "serving": 1.0, "logged": 36.0})
     assert cells == ["0", "54.0", "18.0", "17.0", "2.9", "4.4", "4.0", "-", "3.3", "1.0", "3.4"]
 
 
 def test_show_names_the_flashinfer_kernel_steps_apart_from_the_rest_of_init(tmp_path: Path, capsys, monkeypatch):
-    wide(monkeypatch)
-    store = Store(tmp_path / "runs.db")
-    store.save_study("s", load_space("vllm-gemma3-270m"), "h100", 1, "host")
-    store.save_trial(TrialResult(
-        study="s", number=0, candidate=Candidate(engine="vllm", params={}), status="ok", objective=152.0,
-        score=152.0, duration_s=229.0, phase_s={"start": 187.9},
-        start_parts_s=get_engine("vllm").start_parts(FLASHINFER_START),
-    ))
-    assert main(["show", "--db", str(tmp_path / "runs.db")]) in (0, None)
-    out = capsys.readouterr().out
-    after = out[out.index("where the start went"):]
-    row = next(line for line in after.splitlines() if line.startswith("│ 0 │"))
-    cells = [c.strip() for c in row.strip("│").split("│")]
-    # init 146.1 = compile 18.2 + graphs 4 + FlashInfer's kernels 104.4 + the rest 19.4
+    cells = start_row(tmp_path, capsys, monkeypatch, 187.9, 229.0, get_engine("vllm").start_parts(FLASHINFER_START))
+    # init 146.1 = compile 18.2 + graphs 4 + FlashInfer's kernels 104.4 + the rest 19.5
     assert cells == ["0", "187.9", "18.9", "16.0", "-", "18.2", "4.0", "104.4", "19.5", "1.0", "5.9"]
