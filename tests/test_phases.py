@@ -71,7 +71,7 @@ def test_show_prints_the_seconds_per_phase(tmp_path: Path, capsys):
 
 
 def wide(monkeypatch) -> None:
-    """`show` on a 200-column console: the start table has ten columns (a pytest-xdist worker runs
+    """`show` on a 200-column console: the start table has eleven columns (a pytest-xdist worker runs
     with COLUMNS=80, read once when the CLI's console is made)."""
     from rich.console import Console
 
