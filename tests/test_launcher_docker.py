@@ -377,6 +377,10 @@ def test_flashinfer_and_triton_kernels_compiled_in_a_container_go_to_the_mounted
     own = NodeLaunch(argv=["python3"], env={"TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"})
     assert container_spec(own, Cluster(nodes=nodes, image=IMAGE), "n").env == {
         "FLASHINFER_WORKSPACE_BASE": f"{CONTAINER_VLLM_CACHE}/flashinfer", "TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"}
+    # one the image's own ENV sets stays where the image puts it (prebuilt kernels may be there)
+    image_own = container_spec(NodeLaunch(argv=["python3"]), Cluster(nodes=nodes, image=IMAGE), "n",
+                               image_env=frozenset({"TRITON_CACHE_DIR", "PATH"}))
+    assert image_own.env == {"FLASHINFER_WORKSPACE_BASE": f"{CONTAINER_VLLM_CACHE}/flashinfer"}
     # no mounted cache: nothing to point them at
     off = Cluster(nodes=nodes, image=IMAGE, compile_cache=None)
     assert container_spec(own, off, "n").env == {"TRITON_CACHE_DIR": "/mine", "VLLM_X": "1"}

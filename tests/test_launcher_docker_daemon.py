@@ -102,6 +102,34 @@ def test_one_container_per_node_with_host_network_ipc_labels_compile_cache_and_l
     assert labelled("autotune.study=daemon-test") == []
 
 
+def test_an_image_that_places_a_kernel_cache_itself_keeps_its_place(image, tmp_path):
+    """An image whose own ENV sets TRITON_CACHE_DIR (prebuilt kernels shipped there, say) keeps it:
+    the launcher points only the caches the image leaves unset into the mounted folder."""
+    import io
+
+    client = daemon_client()
+    derived = "autotune-test-own-triton-cache:1"
+    dockerfile = f"FROM {image}\nENV TRITON_CACHE_DIR=/opt/image-triton\n"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=derived, rm=True)
+    try:
+        nodes = [ClusterNode(ip="127.0.0.1")]
+        cluster = Cluster(nodes=nodes, gpus_per_node=0, rdma=False, image=derived, mounts={str(tmp_path): str(tmp_path)},
+                          compile_cache=str(tmp_path / "compile-cache"))
+        server = DockerServer(server_launch(tmp_path, free_port(), worker=False), cluster, tmp_path / "trial.log",
+                              study="daemon-own-cache", trial="0", startup_timeout_s=60)
+        with server:
+            (made,) = client.containers.list(filters={"label": ["autotune.study=daemon-own-cache"]})
+            env = dict(item.split("=", 1) for item in made.attrs["Config"]["Env"])
+            assert env["TRITON_CACHE_DIR"] == "/opt/image-triton"
+            assert env["FLASHINFER_WORKSPACE_BASE"] == f"{CONTAINER_VLLM_CACHE}/flashinfer"
+        jit = [p.relative_to(tmp_path / "compile-cache").as_posix() for p in (tmp_path / "compile-cache").rglob("kernel")]
+        assert jit == ["flashinfer/.cache/flashinfer/kernel"]  # Triton's went where the image keeps it
+    finally:
+        client.images.remove(derived, force=True)
+        client.close()
+    assert labelled("autotune.study=daemon-own-cache") == []
+
+
 def test_an_image_missing_on_the_daemon_is_named_and_nothing_is_created(image, tmp_path):
     cluster = two_node_cluster("autotune-no-such-image:0", tmp_path)
     server = DockerServer(server_launch(tmp_path, free_port()), cluster, tmp_path / "t.log", study="daemon-missing")

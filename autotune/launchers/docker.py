@@ -96,8 +96,15 @@ class ContainerSpec(BaseModel):
 
 
 def container_spec(
-    node: NodeLaunch, cluster: Cluster, name: str, labels: dict[str, str] | None = None
+    node: NodeLaunch,
+    cluster: Cluster,
+    name: str,
+    labels: dict[str, str] | None = None,
+    image_env: frozenset[str] = frozenset(),
 ) -> ContainerSpec:
+    """One node's container. With the compile cache mounted, FlashInfer's and Triton's kernel caches
+    point into it too, except those the launch sets or the image's own ENV names (`image_env`: an
+    image may ship prebuilt kernels where its ENV says)."""
     if not cluster.image:
         raise EngineUnavailable("the docker launcher needs `image` in the cluster file (the same image on every node)")
     binds = []
@@ -109,7 +116,7 @@ def container_spec(
     env = dict(node.env)
     if cluster.compile_cache:
         binds.append(f"{cluster.compile_cache}:{CONTAINER_VLLM_CACHE}")
-        env = {**CONTAINER_JIT_CACHE_ENV, **env}  # the launch's own setting wins
+        env = {**{k: v for k, v in CONTAINER_JIT_CACHE_ENV.items() if k not in image_env}, **env}
     return ContainerSpec(
         name=name,
         image=cluster.image,
@@ -350,6 +357,7 @@ class DockerServer(Launched):
         self.startup_s: float | None = None
         self.containers: list[tuple[NodeLaunch, Any]] = []
         self._clients: dict[str | None, Any] = {}
+        self._image_env: frozenset[str] = frozenset()  # the names the image's own ENV sets (_check_images)
         self._exec_id: str | None = None
         self._exec_client: Any = None
         self._exec_stream: Any = None
@@ -514,7 +522,11 @@ class DockerServer(Launched):
         for index in sorted({n.node for n in self.launch.nodes}):
             address = self.cluster.nodes[index].address or "local daemon"
             try:
-                ids[index] = self._client(index).images.get(image).id
+                found = self._client(index).images.get(image)
+                ids[index] = found.id
+                self._image_env = frozenset(
+                    item.split("=", 1)[0] for item in ((found.attrs.get("Config") or {}).get("Env") or [])
+                )
             except docker.errors.ImageNotFound:
                 host = "" if address == "local daemon" else f"--host {address} "
                 raise EngineUnavailable(
@@ -537,7 +549,7 @@ class DockerServer(Launched):
             LABEL_LAUNCH: self.launch_id,
         }
         name = _slug(f"autotune-{self.study}-{self.trial}-n{node.node}-{node.role}-{self.launch_id[:6]}")
-        spec = container_spec(node, self.cluster, name, labels)
+        spec = container_spec(node, self.cluster, name, labels, self._image_env)
         kwargs = sdk_kwargs(spec)
         kwargs["environment"] = {**kwargs["environment"], **pass_through_env()}
         client = self._client(node.node)
