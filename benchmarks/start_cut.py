@@ -37,11 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.cli import main as autotune  # noqa: E402
 from autotune.engines.vllm import VllmEngine  # noqa: E402
+from autotune.models import CONTAINER_JIT_CACHE_ENV  # noqa: E402
 from autotune.store import Store  # noqa: E402
 
 ARMS = {"cap": ("capped", "default"), "jit": ("coldjit", "warmjit")}
-#: where FlashInfer and Triton keep the kernels they JIT-compile (the docker launcher's CONTAINER_JIT_CACHE_ENV)
-JIT_ENV = ("FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR")
+#: where FlashInfer and Triton keep the kernels they JIT-compile: the names the docker launcher sets
+JIT_ENV = tuple(CONTAINER_JIT_CACHE_ENV)
 #: the workload's numbers shown per launch (the dense 8B space's; a missing one is '-')
 NUMBERS = ("decode_tps.prose", "output_tps.c8", "output_tps.c32", "ttft_ms.prose", "prefill_tps.4096")
 
@@ -67,7 +68,7 @@ def jit_folders(arm: str, round_no: int, logs: str) -> dict[str, str]:
     if arm not in ARMS["jit"]:
         return {}
     base = Path(logs) / "startcut-jit-shared" if arm == "warmjit" or round_no == 1 else Path(tempfile.mkdtemp())
-    return {"FLASHINFER_WORKSPACE_BASE": str(base / "flashinfer"), "TRITON_CACHE_DIR": str(base / "triton")}
+    return {name: str(base / Path(inside).name) for name, inside in CONTAINER_JIT_CACHE_ENV.items()}
 
 
 def launch(arm: str, round_no: int, args: argparse.Namespace) -> int:
@@ -121,11 +122,12 @@ def rows(db: str) -> list[dict[str, object]]:
 
 
 def table(found: list[dict[str, object]]) -> str:
-    head = ["study", "start", "graphs", "compile", "init", "sizes", *NUMBERS, "trial"]
+    head = ["study", "start", "graphs", "compile", "kernels", "init", "sizes", *NUMBERS, "trial"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in found:
         parts = r["parts"] if isinstance(r["parts"], dict) else {}
-        cells = [r["study"], r["start_s"], parts.get("cuda_graphs"), parts.get("compile"), parts.get("engine_init"),
+        cells = [r["study"], r["start_s"], parts.get("cuda_graphs"), parts.get("compile"), parts.get("kernels"),
+                 parts.get("engine_init"),
                  f"{r['capture_sizes']} (..{r['largest_capture']})", *(r[n] for n in NUMBERS), r["trial_s"]]
         lines.append(" | ".join("-" if c is None else f"{c:.1f}" if isinstance(c, float) else str(c) for c in cells))
     return "\n".join(lines)
