@@ -69,6 +69,11 @@ def server_launch(folder: Path, port: int, worker: bool = True) -> LaunchSpec:
     return LaunchSpec(engine="stand-in", nodes=nodes, port=port, health_path="/health")
 
 
+def kernels_in(cache: Path) -> list[str]:
+    """The kernel files SERVER wrote under a host cache folder, relative to it."""
+    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("kernel"))
+
+
 def test_one_container_per_node_with_host_network_ipc_labels_compile_cache_and_logs(image, tmp_path):
     cluster = two_node_cluster(image, tmp_path)
     port = free_port()
@@ -95,8 +100,7 @@ def test_one_container_per_node_with_host_network_ipc_labels_compile_cache_and_l
     # what the container wrote under vLLM's cache root is on the host, after the container is gone
     assert (tmp_path / "compile-cache" / "written-in-the-container").read_text() == "compiled"
     # and so are FlashInfer's JIT kernels and Triton's: the next container of the config loads them
-    jit = [p.relative_to(tmp_path / "compile-cache").as_posix() for p in (tmp_path / "compile-cache").rglob("kernel")]
-    assert sorted(jit) == ["flashinfer/.cache/flashinfer/kernel", "triton/kernel"]
+    assert kernels_in(tmp_path / "compile-cache") == ["flashinfer/.cache/flashinfer/kernel", "triton/kernel"]
     assert "Application startup complete" in (tmp_path / "trial.node0-server.log").read_text()
     assert "worker up" in (tmp_path / "trial.node1-worker.log").read_text()
     assert labelled("autotune.study=daemon-test") == []
@@ -122,8 +126,8 @@ def test_an_image_that_places_a_kernel_cache_itself_keeps_its_place(image, tmp_p
             env = dict(item.split("=", 1) for item in made.attrs["Config"]["Env"])
             assert env["TRITON_CACHE_DIR"] == "/opt/image-triton"
             assert env["FLASHINFER_WORKSPACE_BASE"] == f"{CONTAINER_VLLM_CACHE}/flashinfer"
-        jit = [p.relative_to(tmp_path / "compile-cache").as_posix() for p in (tmp_path / "compile-cache").rglob("kernel")]
-        assert jit == ["flashinfer/.cache/flashinfer/kernel"]  # Triton's went where the image keeps it
+        # Triton's went where the image keeps it
+        assert kernels_in(tmp_path / "compile-cache") == ["flashinfer/.cache/flashinfer/kernel"]
     finally:
         client.images.remove(derived, force=True)
         client.close()

@@ -117,15 +117,16 @@ _FI_WARMUP = "Warming up FlashInfer attention"
 
 def _kernel_part(text: str) -> dict[str, float]:
     """{"kernels": seconds of FlashInfer's autotune steps and attention warm-ups}, or {} when neither is logged."""
-    autotune, began = 0.0, None
+    autotune, began, found = 0.0, None, False
     for m in _FI_AUTOTUNE.finditer(text):
         year, month, day, hour, minute, second, ms = (int(g) for g in m.groups()[:7])
         stamp = datetime(year, month, day, hour, minute, second, ms * 1000).timestamp()
+        found = True
         if m.group(8) == "starts":
             began = stamp
         elif began is not None:
             autotune, began = autotune + stamp - began, None
-    warmup, found = 0.0, _FI_AUTOTUNE.search(text) is not None
+    warmup = 0.0
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if _FI_WARMUP in line and (begin := _stamp_s(line)) is not None:

@@ -519,14 +519,12 @@ class DockerServer(Launched):
         if not image:
             raise EngineUnavailable("the docker launcher needs `image` in the cluster file")
         ids: dict[int, str] = {}
+        found: Any = None
         for index in sorted({n.node for n in self.launch.nodes}):
             address = self.cluster.nodes[index].address or "local daemon"
             try:
                 found = self._client(index).images.get(image)
                 ids[index] = found.id
-                self._image_env = frozenset(
-                    item.split("=", 1)[0] for item in ((found.attrs.get("Config") or {}).get("Env") or [])
-                )
             except docker.errors.ImageNotFound:
                 host = "" if address == "local daemon" else f"--host {address} "
                 raise EngineUnavailable(
@@ -537,6 +535,9 @@ class DockerServer(Launched):
             raise EngineUnavailable(
                 f"nodes hold different builds of {image} ({listed}); pull the same digest everywhere"
             )
+        # one build on every node: the names its own ENV sets
+        config_env = ((found.attrs.get("Config") or {}).get("Env") or []) if found is not None else []
+        self._image_env = frozenset(item.split("=", 1)[0] for item in config_env)
 
     def _run_container(self, node: NodeLaunch) -> None:
         docker = _sdk()

@@ -185,6 +185,10 @@ def phases_table(outcome: StudyOutcome) -> Table | None:
     return table
 
 
+#: the parts of a vLLM engine's init the start table names; the rest of the init is what is left
+_INIT_STEPS = ("compile", "cuda_graphs", "kernels")
+
+
 def start_table(outcome: StudyOutcome) -> Table | None:
     """Where each start went, from the engine's log (None when no trial's engine logged it): before
     its first line (process start, Python imports; the launcher's start less the log's span), the API
@@ -204,8 +208,7 @@ def start_table(outcome: StudyOutcome) -> Table | None:
     for t in timed:
         p, start = t.start_parts_s, t.phase_s["start"]
         init, logged = p.get("engine_init"), p.get("logged")
-        steps = ("compile", "cuda_graphs", "kernels")
-        rest = init - sum(p.get(k, 0.0) for k in steps) if init is not None else None
+        rest = init - sum(p.get(k, 0.0) for k in _INIT_STEPS) if init is not None else None
         before = start - logged if logged is not None else None
         named = sum(p.get(k, 0.0) for k in ("api_server", "weights", "engine_init", "serving"))
         other = (logged if logged is not None else start) - named if init is not None else None

@@ -18,18 +18,14 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 SPACE=benchmarks/spaces/vllm-llama3.1-8b-dense.yaml
 installed() { [[ -f /tmp/site/.installed || -f /tmp/site/.installed-vllm-0.33.0 ]]; }
 case "${1:-}" in
-ab)
+ab|jit)
+  mode=cap out=startcut
+  [[ $1 == jit ]] && mode=jit out=startcut-jit
   installed || install
-  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --space $SPACE --hardware "${HW:-h100}" --cap 32 \
-    --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/startcut.json" > "$OUT/startcut.txt" 2>&1
-  echo "start_cut exit $?" >> "$OUT/startcut.txt"
-  save; tail -12 "$OUT/startcut.txt" ;;
-jit)
-  installed || install
-  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --mode jit --space $SPACE --hardware "${HW:-h100}" \
-    --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/startcut-jit.json" > "$OUT/startcut-jit.txt" 2>&1
-  echo "start_cut exit $?" >> "$OUT/startcut-jit.txt"
-  save; tail -12 "$OUT/startcut-jit.txt" ;;
+  timeout "${STARTCUT_TIMEOUT:-560}" python3 benchmarks/start_cut.py --mode $mode --space $SPACE --hardware "${HW:-h100}" \
+    --cap 32 --db "$DB" --logs "$W/logs" --rounds "${ROUNDS:-1}" --out "$OUT/$out.json" > "$OUT/$out.txt" 2>&1
+  echo "start_cut exit $?" >> "$OUT/$out.txt"
+  save; tail -12 "$OUT/$out.txt" ;;
 profile)
   installed || install
   timeout "${PROFILE_TIMEOUT:-300}" python3 - "$SPACE" "$W" > "$OUT/startprofile.txt" 2>&1 <<'PY'
