@@ -62,7 +62,8 @@ async def ours(base_url: str, served: str, tokenize_path: str, space: SearchSpac
 
     async def measure(client: Any, n: int) -> Any:
         t0 = time.time()
-        level = await capacity.measure_level(client, work, slo, n, progress=say)
+        # every judged request awaited, a failing level's too: GuideLLM judges each level on all of them
+        level = await capacity.measure_level(client, work, slo, n, progress=say, settle_early=False)
         windows.append((t0, time.time()))
         if sampler is not None:
             say(f"  server during {n} streams: {server_line(window(sampler.polls, *windows[-1]))}")

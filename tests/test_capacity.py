@@ -277,8 +277,10 @@ def test_latency_that_grows_with_load_is_found_by_doubling_and_bisection():
     eight = report.levels[1]
     assert eight.p99_ttft_ms is not None and eight.p99_ttft_ms > 275.0 and eight.slow > 0
     assert server.peak == 8  # N streams were kept in flight, never more
-    # the first turn of every stream is never judged; at least one full turn after it is
-    assert all(lv.excluded >= lv.streams and lv.determined >= max(40, lv.streams) for lv in report.levels)
+    # the first turn of every stream is never judged; at least one full turn after it is (a failed
+    # level may stop once its judged requests still out could not pass it)
+    assert all(lv.excluded >= lv.streams and lv.determined + lv.unawaited >= max(40, lv.streams) for lv in report.levels)
+    assert all(lv.unawaited == 0 for lv in report.levels if lv.verdict is not LevelVerdict.FAIL)
 
 
 def test_failed_requests_are_misses_that_fail_a_level():
@@ -355,7 +357,7 @@ def test_a_level_whose_later_requests_miss_fails_though_min_requests_is_below_it
     with LoadServer(per_stream_ms=5.0) as url:
         lv = level_at(url, slo, 60)
     assert lv.verdict is LevelVerdict.FAIL, lv
-    assert lv.determined >= 60  # at least one full turn of every stream is judged
+    assert lv.determined + lv.unawaited >= 60  # at least one full turn of every stream is judged (or failed unawaited)
     assert lv.p99_ttft_ms is not None and lv.p99_ttft_ms > 250.0
     with LoadServer(per_stream_ms=5.0) as url:  # 30 streams wait about 150 ms once full: a pass
         lv = level_at(url, slo, 30)
@@ -370,8 +372,54 @@ def test_a_level_judges_the_requests_it_sent_not_the_first_to_finish():
     slo = Slo(ttft_ms=200.0, itl_ms=50.0, attainment=0.9, min_requests=40, max_requests=40)
     with LoadServer(base_ms=20.0, slow_every=4, slow_ms=400.0) as url:
         lv = level_at(url, slo, 8)
-    assert lv.determined == 40 and 8 <= lv.slow <= 12, lv
+    # the level may stop once it fails whatever its last judged requests do (they are slow ones:
+    # they finish last), but never judges a request sent after the first 40
+    assert lv.determined + lv.unawaited == 40 and lv.slow >= 8, lv
     assert lv.verdict is LevelVerdict.FAIL
+
+
+def test_a_level_that_fails_whatever_its_last_requests_do_stops_there():
+    """On an H100 (2026-12-08, vLLM 0.26.0, dense 8B with fp8 weights on TRITON_ATTN and PIECEWISE
+    CUDA graphs, TTFT 1 s / ITL 12 ms for 95 %, 80 requests a level) the search went down 32, 16, 8,
+    4, 2 streams, every request slow, and had spent 3.5 minutes on it when the call's limit cut the
+    launch: each level waited for all 80 judged requests, 40 in a row per stream at 2 streams, where
+    8 misses of 80 had already failed it (even the other 72 good, the interval ends below 95 %).
+    Every request misses TTFT here: each level ends after its first turn and 8 judged misses."""
+    slo = Slo(ttft_ms=50.0, itl_ms=50.0, attainment=0.95, min_requests=80, initial_streams=2)
+    server = LoadServer(base_ms=100.0)
+    with server as url:
+        report = probe(url, slo, WORK)
+    assert report.capacity == 0 and report.stop is SearchStop.NONE_PASSED
+    assert [lv.streams for lv in report.levels] == [2, 1]
+    for lv in report.levels:
+        assert lv.verdict is LevelVerdict.FAIL and lv.good == 0, lv
+        assert 8 <= lv.determined <= 8 + lv.streams and lv.determined + lv.unawaited == 80, lv
+        assert "not awaited (failed whatever they did)" in lv.counts()
+    assert server.served <= 2 * (2 + 8 + 2) + 1, server.served  # each level: its burst, 8 judged, those in flight
+
+
+def test_a_cross_check_waits_for_every_judged_request_of_a_failing_level():
+    """GuideLLM judges all of a level's requests: the cross-check's side of autotune does too."""
+    slo = Slo(ttft_ms=50.0, itl_ms=50.0, attainment=0.9, min_requests=40, max_requests=40)
+
+    async def go() -> LevelResult:
+        async with OpenAIClient(url, "m", tokenize_path="/extras/tokenize", timeout_s=30) as client:
+            return await capacity.measure_level(client, WORK, slo, 1, settle_early=False)
+
+    with LoadServer(base_ms=60.0) as url:
+        lv = asyncio.run(go())
+    assert lv.verdict is LevelVerdict.FAIL and lv.determined == 40 and lv.unawaited == 0, lv
+
+
+def test_a_level_is_not_stopped_while_its_last_requests_could_still_pass_it():
+    """One request in 12 misses: 6 of the 80 judged (the 12th, 24th, ... request served, the first
+    being the burst). Until the 8th miss the top of the interval could still reach 95 %, so the
+    level waits for every judged request, and ends unresolved at max_requests."""
+    slo = Slo(ttft_ms=200.0, itl_ms=50.0, attainment=0.95, min_requests=80, max_requests=80)
+    with LoadServer(slow_every=12, slow_ms=300.0) as url:
+        lv = level_at(url, slo, 1)
+    assert lv.unawaited == 0 and lv.determined == 80 and lv.slow == 6, lv
+    assert lv.verdict is LevelVerdict.UNRESOLVED
 
 
 def test_a_levels_output_is_its_steady_state_rate():

@@ -112,9 +112,18 @@ def attainment_of(determined: list[RequestResult], slo: Slo, workload: Workload)
     return n_good, low, high
 
 
+def fails_whatever_is_left(determined: list[RequestResult], left: int, slo: Slo, workload: Workload) -> bool:
+    """The level fails whatever its `left` judged requests still out do: even all of them good, the
+    interval would end below the target (the verdict waiting would give), and so does the interval of
+    the judged ones in (the verdict its record shows)."""
+    n_good, _, high = attainment_of(determined, slo, workload)
+    return (left > 0 and high < slo.attainment
+            and wilson_interval(n_good + left, len(determined) + left)[1] < slo.attainment)
+
+
 def level_of(
     streams: int, determined: list[RequestResult], excluded: int, slo: Slo, workload: Workload, seconds: float,
-    output_tokens: float,
+    output_tokens: float, unawaited: int = 0,
 ) -> LevelResult:
     """One level's record from its judged requests, and the output tokens its window streamed."""
     n_good, low, high = attainment_of(determined, slo, workload)
@@ -130,7 +139,7 @@ def level_of(
         output_tps=round(output_tokens / seconds, 3) if seconds > 0 else 0.0,
         p99_ttft_ms=None if not ttfts else round(p99(ttfts) or 0.0, 2),
         p99_itl_ms=None if not itls else round(p99(itls) or 0.0, 3),
-        seconds=round(seconds, 3),
+        seconds=round(seconds, 3), unawaited=unawaited,
     )
 
 
@@ -159,16 +168,22 @@ class _Level:
     def judged_results(self) -> list[RequestResult]:
         return [r for i, r in sorted(self.results.items()) if self.is_judged(i)]
 
-    def complete(self, resolved: Callable[[list[RequestResult]], bool]) -> bool:
+    def complete(self, resolved: Callable[[list[RequestResult]], bool],
+                 hopeless: Callable[[list[RequestResult], int], bool]) -> bool:
         """Every judged request has ended, and the level is resolved or has no later look; widens the
-        judged range to the next look when it is complete but unresolved."""
+        judged range to the next look when it is complete but unresolved. Also true, before every
+        judged request has ended, once the level fails whatever the rest do (`hopeless`)."""
         while True:
             judged = self.judged_results()
             if len(judged) < self.judged:
-                return False
+                return hopeless(judged, self.judged - len(judged))
             if not self.looks or resolved(judged):
                 return True
             self.judged = self.looks.pop(0)
+
+    def sent_outside(self, sent: int) -> int:
+        """Requests sent outside the judged range: the burst that fills the level and those cut after it."""
+        return sent - max(0, min(sent, self.streams + self.judged) - self.streams)
 
 
 def steady_window(judged: list[RequestResult], every: list[RequestResult]) -> tuple[float, float]:
@@ -192,6 +207,7 @@ def steady_window(judged: list[RequestResult], every: list[RequestResult]) -> tu
 
 async def measure_level(
     client: ChatClient, workload: Workload, slo: Slo, streams: int, progress: Callable[[str], None] | None = None,
+    *, settle_early: bool = True,
 ) -> LevelResult:
     """Keep `streams` requests in flight (each stream sends its next request when its last one
     ends) and judge the level from its steady state. Which requests count is fixed by the order
@@ -199,7 +215,10 @@ async def measure_level(
     fills the level, and its warm-up at this batch size) is not judged; the next max(min_requests,
     streams) requests sent are, and the level waits for every one of them; while the level is then
     unresolved the judged range grows to `slo.looks()`'s next count. Requests sent after the judged
-    range keep the load on and are cut (awaited, excluded). Prompts cycle through the workload's,
+    range keep the load on and are cut (awaited, excluded). A level that fails whatever its judged
+    requests still out do stops there, and they count as unawaited: a config far off the SLO is not
+    waited on for a full look at each level down to one stream (unless `settle_early` is off: a
+    cross-check against a tool that judges every request of a level). Prompts cycle through the workload's,
     each asking for `decode_max_tokens` (exactly, with `fixed_length`)."""
     prompts = workload_prompts(workload)
     level = _Level(streams, sorted({max(n, streams) for n in slo.looks()}))
@@ -210,6 +229,9 @@ async def measure_level(
     def resolved(judged: list[RequestResult]) -> bool:
         _, low, high = attainment_of(judged, slo, workload)
         return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
+
+    def hopeless(judged: list[RequestResult], left: int) -> bool:
+        return settle_early and fails_whatever_is_left(judged, left, slo, workload)
 
     async def stream() -> None:
         while not done.is_set():
@@ -222,7 +244,7 @@ async def measure_level(
             if done.is_set():
                 continue
             level.results[i] = result
-            if level.is_judged(i) and level.complete(resolved):
+            if level.is_judged(i) and level.complete(resolved, hopeless):
                 done.set()
 
     if progress is not None:
@@ -230,11 +252,12 @@ async def measure_level(
     await asyncio.gather(*(stream() for _ in range(streams)))
     judged = level.judged_results()
     seconds, tokens = steady_window(judged, every)
-    result = level_of(streams, judged, sent[0] - len(judged), slo, workload, seconds, tokens)
+    result = level_of(streams, judged, level.sent_outside(sent[0]), slo, workload, seconds, tokens,
+                      unawaited=level.judged - len(judged))
     if progress is not None:
         progress(f"{streams} streams: {result.verdict.value}, attainment {result.attainment:.1%} "
                  f"[{result.interval[0]:.1%}, {result.interval[1]:.1%}], {result.output_tps:.1f} tok/s, "
-                 f"{result.determined} judged / {result.excluded} excluded over {result.seconds:.1f} s")
+                 f"{result.counts()}")
     return result
 
 

@@ -119,6 +119,9 @@ class LevelResult(Record):
     p99_ttft_ms: float | None = None
     p99_itl_ms: float | None = None
     seconds: float = Field(description="the level's window: the first judged request's send to the last one's end")
+    unawaited: int = Field(0, description="requests of the judged range the level did not wait for (sent or not): it "
+                                          "failed whatever they did, as even all of them good would have left the "
+                                          "interval below the target, and so did the judged ones alone; 0 before 2026-12-08")
 
     @property
     def determined(self) -> int:
@@ -126,7 +129,8 @@ class LevelResult(Record):
 
     def counts(self) -> str:
         """What the level was judged on: its judged and excluded requests and its window's seconds."""
-        return f"{self.determined} judged / {self.excluded} excluded, {self.seconds:.1f} s"
+        unawaited = f", {self.unawaited} not awaited (failed whatever they did)" if self.unawaited else ""
+        return f"{self.determined} judged / {self.excluded} excluded{unawaited}, {self.seconds:.1f} s"
 
 
 class CapacityReport(Record):
