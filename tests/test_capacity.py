@@ -398,6 +398,13 @@ def test_a_level_that_fails_whatever_its_last_requests_do_stops_there():
     assert server.served <= 2 * (2 + 8 + 2) + 1, server.served  # each level: its burst, 8 judged, those in flight
 
 
+def test_the_misses_that_fail_a_level_are_the_fewest_whose_best_case_interval_ends_below_the_target():
+    for n, target in ((80, 0.95), (40, 0.9), (512, 0.95), (1, 0.95), (73, 0.95), (20, 0.5)):
+        brute = next((m for m in range(n + 1) if wilson_interval(n - m, n)[1] < target), n + 1)
+        assert capacity.misses_that_fail(n, target) == brute, (n, target)
+    assert capacity.misses_that_fail(80, 0.95) == 8
+
+
 def test_a_cross_check_waits_for_every_judged_request_of_a_failing_level():
     """GuideLLM judges all of a level's requests: the cross-check's side of autotune does too."""
     slo = Slo(ttft_ms=50.0, itl_ms=50.0, attainment=0.9, min_requests=40, max_requests=40)

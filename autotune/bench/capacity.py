@@ -20,6 +20,8 @@ logic over any level-measurer; `measure_level` measures one level against a serv
 from __future__ import annotations
 
 import asyncio
+import bisect
+import functools
 import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -112,13 +114,21 @@ def attainment_of(determined: list[RequestResult], slo: Slo, workload: Workload)
     return n_good, low, high
 
 
+@functools.lru_cache(maxsize=256)
+def misses_that_fail(judged: int, target: float) -> int:
+    """The fewest misses among `judged` requests that fail a level whatever the others are: even all
+    of them good, the top of the Wilson interval ends below the target (judged + 1 when none do).
+    Worked out once per judged count: scipy's interval costs ~0.5 ms, the client's loop reads streams."""
+    return bisect.bisect_left(range(judged + 1), True, key=lambda m: wilson_interval(judged - m, judged)[1] < target)
+
+
 def fails_whatever_is_left(determined: list[RequestResult], left: int, slo: Slo, workload: Workload) -> bool:
     """The level fails whatever its `left` judged requests still out do: even all of them good, the
     interval would end below the target (the verdict waiting would give), and so does the interval of
     the judged ones in (the verdict its record shows)."""
-    n_good, _, high = attainment_of(determined, slo, workload)
-    return (left > 0 and high < slo.attainment
-            and wilson_interval(n_good + left, len(determined) + left)[1] < slo.attainment)
+    n_good = sum(good(r, slo, workload) for r in determined)
+    return (left > 0 and len(determined) - n_good >= misses_that_fail(len(determined) + left, slo.attainment)
+            and wilson_interval(n_good, len(determined))[1] < slo.attainment)
 
 
 def level_of(
@@ -231,7 +241,10 @@ async def measure_level(
         return judge(low, high, slo.attainment) is not LevelVerdict.UNRESOLVED
 
     def hopeless(judged: list[RequestResult], left: int) -> bool:
-        return settle_early and fails_whatever_is_left(judged, left, slo, workload)
+        return fails_whatever_is_left(judged, left, slo, workload)
+
+    def never(judged: list[RequestResult], left: int) -> bool:
+        return False
 
     async def stream() -> None:
         while not done.is_set():
@@ -244,7 +257,9 @@ async def measure_level(
             if done.is_set():
                 continue
             level.results[i] = result
-            if level.is_judged(i) and level.complete(resolved, hopeless):
+            # only a miss can settle a fail early: a good request is never checked for it
+            settles = hopeless if settle_early and not good(result, slo, workload) else never
+            if level.is_judged(i) and level.complete(resolved, settles):
                 done.set()
 
     if progress is not None:
