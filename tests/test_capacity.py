@@ -295,10 +295,10 @@ def test_failed_requests_are_misses_that_fail_a_level():
     assert by[2].failed == 0 and report.capacity == 3
 
 
-def level_at(url: str, slo: Slo, streams: int) -> LevelResult:
+def level_at(url: str, slo: Slo, streams: int, **options: bool) -> LevelResult:
     async def go() -> LevelResult:
         async with OpenAIClient(url, "m", tokenize_path="/extras/tokenize", timeout_s=30) as client:
-            return await capacity.measure_level(client, WORK, slo, streams)
+            return await capacity.measure_level(client, WORK, slo, streams, **options)
 
     return asyncio.run(go())
 
@@ -408,13 +408,8 @@ def test_the_misses_that_fail_a_level_are_the_fewest_whose_best_case_interval_en
 def test_a_cross_check_waits_for_every_judged_request_of_a_failing_level():
     """GuideLLM judges all of a level's requests: the cross-check's side of autotune does too."""
     slo = Slo(ttft_ms=50.0, itl_ms=50.0, attainment=0.9, min_requests=40, max_requests=40)
-
-    async def go() -> LevelResult:
-        async with OpenAIClient(url, "m", tokenize_path="/extras/tokenize", timeout_s=30) as client:
-            return await capacity.measure_level(client, WORK, slo, 1, settle_early=False)
-
     with LoadServer(base_ms=60.0) as url:
-        lv = asyncio.run(go())
+        lv = level_at(url, slo, 1, settle_early=False)
     assert lv.verdict is LevelVerdict.FAIL and lv.determined == 40 and lv.unawaited == 0, lv
 
 
