@@ -179,14 +179,14 @@ class _Level:
         return [r for i, r in sorted(self.results.items()) if self.is_judged(i)]
 
     def complete(self, resolved: Callable[[list[RequestResult]], bool],
-                 hopeless: Callable[[list[RequestResult], int], bool]) -> bool:
+                 hopeless: Callable[[list[RequestResult], int], bool] | None = None) -> bool:
         """Every judged request has ended, and the level is resolved or has no later look; widens the
         judged range to the next look when it is complete but unresolved. Also true, before every
-        judged request has ended, once the level fails whatever the rest do (`hopeless`)."""
+        judged request has ended, once the level fails whatever the rest do (`hopeless`, when given)."""
         while True:
             judged = self.judged_results()
             if len(judged) < self.judged:
-                return hopeless(judged, self.judged - len(judged))
+                return hopeless is not None and hopeless(judged, self.judged - len(judged))
             if not self.looks or resolved(judged):
                 return True
             self.judged = self.looks.pop(0)
@@ -243,9 +243,6 @@ async def measure_level(
     def hopeless(judged: list[RequestResult], left: int) -> bool:
         return fails_whatever_is_left(judged, left, slo, workload)
 
-    def never(judged: list[RequestResult], left: int) -> bool:
-        return False
-
     async def stream() -> None:
         while not done.is_set():
             i = sent[0]
@@ -258,7 +255,7 @@ async def measure_level(
                 continue
             level.results[i] = result
             # only a miss can settle a fail early: a good request is never checked for it
-            settles = hopeless if settle_early and not good(result, slo, workload) else never
+            settles = hopeless if settle_early and not good(result, slo, workload) else None
             if level.is_judged(i) and level.complete(resolved, settles):
                 done.set()
 
